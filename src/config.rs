@@ -1,0 +1,140 @@
+//! Provider and node-group configuration: YAML files under one directory, environment
+//! overrides, and validation that reports every error at once with its file, field path and
+//! value. Depends on `model` only (plus the `config` crate for loading).
+
+mod load;
+mod validate;
+mod walk;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use load::{Fingerprint, Source};
+
+use crate::model::NodeGroupSpec;
+
+/// One invalid setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// File the setting came from.
+    pub file: PathBuf,
+    /// Dotted field path, e.g. `capacity.memory` or `taints[0].effect`.
+    pub field: String,
+    /// The offending value as written, when there is one.
+    pub value: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.file.display(), self.field, self.message)?;
+        if let Some(v) = &self.value {
+            write!(f, " (got {v})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Configuration errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file or directory could not be read.
+    #[error("reading {}", path.display())]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not valid YAML (or an override is malformed).
+    #[error("parsing {}: {message}", path.display())]
+    Parse {
+        /// The path.
+        path: PathBuf,
+        /// Parser message.
+        message: String,
+    },
+    /// One or more settings are invalid; every one is listed.
+    #[error("{} invalid setting(s):\n  {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+    Invalid(Vec<FieldError>),
+}
+
+/// Result alias for this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// TLS files for the gRPC server (mutual TLS: client certificates are required).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Server certificate chain (PEM).
+    pub cert_file: PathBuf,
+    /// Server private key (PEM).
+    pub key_file: PathBuf,
+    /// CA bundle that client certificates must chain to (PEM).
+    pub client_ca_file: PathBuf,
+}
+
+/// How the gRPC server is secured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// Mutual TLS.
+    Tls(TlsFiles),
+    /// Plaintext, asked for explicitly. `non_loopback` is set when the operator forced
+    /// plaintext on a non-loopback address.
+    Plaintext {
+        /// Plaintext on a non-loopback address was forced.
+        non_loopback: bool,
+    },
+}
+
+/// Server settings from the provider file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// gRPC listen address.
+    pub address: SocketAddr,
+    /// HTTP listen address for `/metrics`, `/healthz`, `/readyz`.
+    pub metrics_address: SocketAddr,
+    /// TLS or plaintext.
+    pub transport: Transport,
+}
+
+/// Settings from the provider file that are not per node group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSettings {
+    /// Server settings.
+    pub server: ServerSettings,
+    /// Label CA uses to recognise GPU nodes (GPULabel RPC).
+    pub gpu_label: String,
+    /// GPU types given to CA; defaults to the products of all GPU groups.
+    pub gpu_types: Option<Vec<String>>,
+    /// Directory holding one YAML file per node group.
+    pub node_groups_dir: PathBuf,
+}
+
+/// A loaded, validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// Provider settings.
+    pub provider: ProviderSettings,
+    /// Node groups, sorted by id.
+    pub groups: Vec<NodeGroupSpec>,
+}
+
+impl Loaded {
+    /// The GPU types to report to CA: the configured list, else every group's GPU product.
+    pub fn gpu_types(&self) -> Vec<String> {
+        if let Some(types) = &self.provider.gpu_types {
+            return types.clone();
+        }
+        let mut types: Vec<String> = self
+            .groups
+            .iter()
+            .filter_map(|g| g.gpu.as_ref().map(|gpu| gpu.product.clone()))
+            .collect();
+        types.sort();
+        types.dedup();
+        types
+    }
+}

@@ -1,0 +1,159 @@
+//! Reading the configuration directory: the provider file plus one YAML file per node group,
+//! each with environment overrides applied through the `config` crate.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::walk::Errors;
+use super::{validate, Error, FieldError, Loaded, Result};
+
+/// Name of the provider file inside the configuration directory.
+pub const PROVIDER_FILE: &str = "provider.yaml";
+/// Environment prefix for provider-file overrides: `GANGSCALER__SERVER__ADDRESS=...`.
+pub const ENV_PREFIX: &str = "GANGSCALER";
+/// Environment prefix for node-group overrides: `GANGSCALER_NG_<FILE_STEM>__MAX_SIZE=...`,
+/// with the file stem upper-cased and `-` written as `_`.
+pub const ENV_GROUP_PREFIX: &str = "GANGSCALER_NG_";
+
+/// Where configuration comes from: a directory and an environment.
+#[derive(Debug, Clone)]
+pub struct Source {
+    dir: PathBuf,
+    env: Option<HashMap<String, String>>,
+}
+
+/// A digest of every configuration file's name and content, to detect edits cheaply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint(u64);
+
+impl Source {
+    /// Reads `dir` with overrides from the process environment.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            env: None,
+        }
+    }
+
+    /// Reads `dir` with overrides from `env` only (tests pass strings here).
+    pub fn with_env(dir: impl Into<PathBuf>, env: HashMap<String, String>) -> Self {
+        Self {
+            dir: dir.into(),
+            env: Some(env),
+        }
+    }
+
+    /// The configuration directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Loads and validates everything.
+    ///
+    /// # Errors
+    /// [`Error::Read`] or [`Error::Parse`] for unreadable files, [`Error::Invalid`] listing every
+    /// invalid setting of every file.
+    pub fn load(&self) -> Result<Loaded> {
+        let provider_path = self.dir.join(PROVIDER_FILE);
+        let doc = self.read_doc(&provider_path, ENV_PREFIX)?;
+        let mut errs = Errors::new(&provider_path);
+        let provider = validate::provider(&doc, &self.dir, &mut errs);
+        let mut all: Vec<FieldError> = errs.list;
+        let Some((provider, defaults)) = provider else {
+            return Err(Error::Invalid(all));
+        };
+        let mut groups = Vec::new();
+        let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+        for file in self.group_files(&provider.node_groups_dir)? {
+            let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+            let prefix = format!("{ENV_GROUP_PREFIX}{}", stem.to_uppercase().replace('-', "_"));
+            let doc = self.read_doc(&file, &prefix)?;
+            let mut errs = Errors::new(&file);
+            let group = validate::node_group(&doc, &file, &defaults, &mut errs);
+            if let Some(g) = &group {
+                if let Some(first) = seen.insert(g.id.to_string(), file.clone()) {
+                    errs.push(
+                        "id",
+                        Some(&Value::String(g.id.to_string())),
+                        format!("duplicates the id in {}", first.display()),
+                    );
+                }
+            }
+            all.extend(errs.list);
+            groups.extend(group);
+        }
+        if !all.is_empty() {
+            return Err(Error::Invalid(all));
+        }
+        groups.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(Loaded { provider, groups })
+    }
+
+    /// A digest of the provider file and every node-group file (names and contents).
+    ///
+    /// # Errors
+    /// [`Error::Read`] when the directory or a file cannot be read.
+    pub fn fingerprint(&self, node_groups_dir: &Path) -> Result<Fingerprint> {
+        let mut h = DefaultHasher::new();
+        let provider = self.dir.join(PROVIDER_FILE);
+        for file in std::iter::once(provider).chain(self.group_files(node_groups_dir)?) {
+            let bytes = std::fs::read(&file).map_err(|source| Error::Read { path: file.clone(), source })?;
+            file.hash(&mut h);
+            bytes.hash(&mut h);
+        }
+        Ok(Fingerprint(h.finish()))
+    }
+
+    fn group_files(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let entries = std::fs::read_dir(dir).map_err(|source| Error::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let mut files = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| Error::Read {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+            let path = entry.path();
+            let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+            if is_yaml && path.is_file() {
+                files.push(path);
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
+    fn read_doc(&self, path: &Path, env_prefix: &str) -> Result<Value> {
+        // Read first so a missing file is an I/O error naming the path, not a parse error.
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut env = config::Environment::with_prefix(env_prefix)
+            .prefix_separator("__")
+            .separator("__")
+            .try_parsing(true)
+            .convert_case(config::Case::Camel);
+        if let Some(map) = &self.env {
+            env = env.source(Some(map.clone().into_iter().collect()));
+        }
+        let built = config::Config::builder()
+            .add_source(config::File::from_str(&text, config::FileFormat::Yaml))
+            .add_source(env)
+            .build()
+            .map_err(|e| Error::Parse {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        built.try_deserialize::<Value>().map_err(|e| Error::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    }
+}

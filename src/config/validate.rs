@@ -1,0 +1,555 @@
+//! Turns parsed YAML documents into validated settings and node-group specs, collecting every
+//! problem instead of stopping at the first.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::walk::{Errors, Obj};
+use super::{ProviderSettings, ServerSettings, TlsFiles, Transport};
+use crate::model::{
+    labels, AutoscalingOptionOverrides, BackendSpec, Capacity, ErrorCode, GpuSpec,
+    MemoryBackendSpec, MemoryFailure, NodeGroupId, NodeGroupSpec, RdmaSpec, Taint, TaintEffect,
+};
+
+/// Defaults from the provider file that node groups inherit.
+#[derive(Debug, Clone)]
+pub struct GroupDefaults {
+    pub os: String,
+    pub arch: String,
+    pub gpu_resource: String,
+    pub rdma_bandwidth_resource: String,
+    pub backend: Option<Value>,
+}
+
+/// Default gRPC address.
+const DEFAULT_ADDRESS: &str = "127.0.0.1:8086";
+/// Default metrics address.
+const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9464";
+
+/// Validates the provider document. `dir` is the directory relative paths resolve against.
+pub fn provider(doc: &Value, dir: &Path, errs: &mut Errors) -> Option<(ProviderSettings, GroupDefaults)> {
+    let mut root = Obj::root(doc, errs)?;
+    let server = root.obj("server", errs);
+    let server = server.and_then(|s| server_settings(s, dir, errs));
+    let mut gpu_label = labels::DEFAULT_GPU_LABEL.to_owned();
+    let mut gpu_types = None;
+    if let Some(mut gpu) = root.obj("gpu", errs) {
+        if let Some(label) = gpu.string("label", errs) {
+            if let Err(e) = check_label_key(&label) {
+                errs.push(&gpu.path("label"), Some(&Value::String(label.clone())), e);
+            }
+            gpu_label = label;
+        }
+        let types = gpu.list("types", errs);
+        if !types.is_empty() {
+            let mut out = Vec::new();
+            for (i, t) in types.iter().enumerate() {
+                match t {
+                    Value::String(s) if !s.is_empty() => out.push(s.clone()),
+                    other => errs.push(&format!("gpu.types[{i}]"), Some(other), "must be a non-empty string"),
+                }
+            }
+            gpu_types = Some(out);
+        }
+        gpu.finish(errs);
+    }
+    let node_groups_dir = dir.join(root.string("nodeGroupsDir", errs).unwrap_or_else(|| "nodegroups".to_owned()));
+    let mut defaults = GroupDefaults {
+        os: "linux".to_owned(),
+        arch: "amd64".to_owned(),
+        gpu_resource: labels::DEFAULT_GPU_RESOURCE.to_owned(),
+        rdma_bandwidth_resource: labels::DEFAULT_RDMA_BANDWIDTH_RESOURCE.to_owned(),
+        backend: None,
+    };
+    if let Some(mut d) = root.obj("defaults", errs) {
+        if let Some(os) = d.string("os", errs) {
+            defaults.os = os;
+        }
+        if let Some(arch) = d.string("arch", errs) {
+            defaults.arch = arch;
+        }
+        for (key, slot) in [
+            ("gpuResource", &mut defaults.gpu_resource),
+            ("rdmaBandwidthResource", &mut defaults.rdma_bandwidth_resource),
+        ] {
+            if let Some(name) = d.string(key, errs) {
+                if let Err(e) = check_resource_name(&name) {
+                    errs.push(&d.path(key), Some(&Value::String(name.clone())), e);
+                }
+                *slot = name;
+            }
+        }
+        // Checked in the context of each group that inherits it, and once here.
+        if let Some(b) = d.obj("backend", errs) {
+            backend(b, errs);
+            defaults.backend = doc.get("defaults").and_then(|d| d.get("backend")).cloned();
+        }
+        d.finish(errs);
+    }
+    root.finish(errs);
+    let server = server?;
+    Some((
+        ProviderSettings {
+            server,
+            gpu_label,
+            gpu_types,
+            node_groups_dir,
+        },
+        defaults,
+    ))
+}
+
+fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<ServerSettings> {
+    let address = socket_addr(&mut s, "address", DEFAULT_ADDRESS, errs);
+    let metrics_address = socket_addr(&mut s, "metricsAddress", DEFAULT_METRICS_ADDRESS, errs);
+    let plaintext = s.bool("plaintext", errs).unwrap_or(false);
+    let force = s.bool("allowNonLoopbackPlaintext", errs).unwrap_or(false);
+    let tls = s.obj("tls", errs).and_then(|mut t| {
+        let file = |key: &'static str, t: &mut Obj<'_>, errs: &mut Errors| -> Option<PathBuf> {
+            let p = t.required_string(key, errs)?;
+            let path = dir.join(&p);
+            if !path.is_file() {
+                errs.push(&t.path(key), Some(&Value::String(p)), format!("file {} does not exist", path.display()));
+                return None;
+            }
+            Some(path)
+        };
+        let cert_file = file("certFile", &mut t, errs);
+        let key_file = file("keyFile", &mut t, errs);
+        let client_ca_file = file("clientCaFile", &mut t, errs);
+        t.finish(errs);
+        Some(TlsFiles {
+            cert_file: cert_file?,
+            key_file: key_file?,
+            client_ca_file: client_ca_file?,
+        })
+    });
+    let had_tls = s.path("tls");
+    let tls_given = tls.is_some();
+    s.finish(errs);
+    let address = address?;
+    let transport = match (tls, plaintext) {
+        (Some(_), true) => {
+            errs.push("server.plaintext", Some(&Value::Bool(true)), "cannot be combined with server.tls");
+            return None;
+        }
+        (Some(files), false) => Transport::Tls(files),
+        (None, true) => {
+            let loopback = address.ip().is_loopback();
+            if !loopback && !force {
+                errs.push(
+                    "server.address",
+                    Some(&Value::String(address.to_string())),
+                    "plaintext is only allowed on a loopback address; use server.tls, or set server.allowNonLoopbackPlaintext: true to force it",
+                );
+                return None;
+            }
+            Transport::Plaintext { non_loopback: !loopback }
+        }
+        (None, false) => {
+            if !tls_given {
+                errs.push(
+                    &had_tls,
+                    None,
+                    "is required unless server.plaintext: true is set explicitly",
+                );
+            }
+            return None;
+        }
+    };
+    Some(ServerSettings {
+        address,
+        metrics_address: metrics_address?,
+        transport,
+    })
+}
+
+fn socket_addr(o: &mut Obj<'_>, key: &'static str, default: &str, errs: &mut Errors) -> Option<SocketAddr> {
+    let text = o.string(key, errs).unwrap_or_else(|| default.to_owned());
+    match text.parse() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            errs.push(&o.path(key), Some(&Value::String(text)), "must be an IP:port address such as 127.0.0.1:8086");
+            None
+        }
+    }
+}
+
+/// Validates one node-group document read from `file`.
+pub fn node_group(doc: &Value, file: &Path, defaults: &GroupDefaults, errs: &mut Errors) -> Option<NodeGroupSpec> {
+    let mut g = Obj::root(doc, errs)?;
+    let id = g.required_string("id", errs);
+    if let Some(id) = &id {
+        if let Err(e) = check_dns_label(id) {
+            errs.push("id", Some(&Value::String(id.clone())), e);
+        }
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        if stem != id {
+            errs.push(
+                "id",
+                Some(&Value::String(id.clone())),
+                format!("must equal the file name without extension ({stem:?}), so environment overrides and reviews find it"),
+            );
+        }
+    }
+    let min_size = g.int("minSize", 0, i64::from(i32::MAX), errs);
+    let max_size = g.int("maxSize", 0, i64::from(i32::MAX), errs);
+    for key in ["minSize", "maxSize"] {
+        if !g.has(key) {
+            g.missing(key, errs);
+        }
+    }
+    if let (Some(min), Some(max)) = (min_size, max_size) {
+        if min > max {
+            errs.push("minSize", doc.get("minSize"), format!("must not exceed maxSize ({max})"));
+        }
+    }
+    let instance_type = g.required_string("instanceType", errs);
+    let region = g.required_string("region", errs);
+    let zone = g.required_string("zone", errs);
+    let os = g.string("os", errs).unwrap_or_else(|| defaults.os.clone());
+    let arch = g.string("arch", errs).unwrap_or_else(|| defaults.arch.clone());
+    let capacity = g.obj("capacity", errs).and_then(|c| parse_capacity(c, true, errs));
+    let reserved = g.obj("reserved", errs).and_then(|c| parse_capacity(c, false, errs)).unwrap_or_default();
+    if let Some(cap) = &capacity {
+        for (name, r, c) in [
+            ("cpu", reserved.cpu, cap.cpu),
+            ("memory", reserved.memory, cap.memory),
+            ("ephemeralStorage", reserved.ephemeral_storage, cap.ephemeral_storage),
+        ] {
+            if r > c {
+                errs.push(&format!("reserved.{name}"), None, format!("exceeds capacity.{name} ({} > {})", r.to_binary_string(), c.to_binary_string()));
+            }
+        }
+        if reserved.pods > cap.pods {
+            errs.push("reserved.pods", None, format!("exceeds capacity.pods ({} > {})", reserved.pods, cap.pods));
+        }
+    } else if g.has("reserved") {
+        errs.push("reserved", None, "requires capacity");
+    }
+    let gpu = g.obj("gpu", errs).and_then(|o| gpu(o, defaults, errs));
+    let rdma = g.obj("rdma", errs).and_then(|o| rdma(o, defaults, errs));
+    let mut csi = BTreeMap::new();
+    for (driver, v) in g.map("csi", errs) {
+        let path = format!("csi.{driver}");
+        if let Err(e) = check_dns_subdomain(&driver) {
+            errs.push(&path, Some(&Value::String(driver.clone())), format!("driver name {e}"));
+        }
+        match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(n) if n >= 1 => {
+                csi.insert(driver, n);
+            }
+            _ => errs.push(&path, Some(v), "must be a whole number of attachable volumes, at least 1"),
+        }
+    }
+    let labels = label_map(&mut g, "labels", errs);
+    let topology = label_map(&mut g, "topology", errs);
+    let mut taints = Vec::new();
+    for (i, t) in g.list("taints", errs).into_iter().enumerate() {
+        let path = format!("taints[{i}]");
+        if let Some(t) = Obj::item(path, t, errs).and_then(|o| taint(o, errs)) {
+            taints.push(t);
+        }
+    }
+    let price_per_hour = g.float("price", 0.0, 1e9, errs);
+    let backend = match g.obj("backend", errs) {
+        Some(b) => backend(b, errs),
+        None => match &defaults.backend {
+            Some(v) => Obj::root(v, &mut Errors::new(file)).and_then(|o| backend(o, &mut Errors::new(file))),
+            None => Some(BackendSpec::Memory(MemoryBackendSpec {
+                create_delay: Duration::ZERO,
+                provision_delay: Duration::ZERO,
+                failure: None,
+            })),
+        },
+    };
+    let autoscaling_options = g.obj("autoscalingOptions", errs).map(|o| options(o, errs));
+    g.finish(errs);
+    Some(NodeGroupSpec {
+        id: NodeGroupId::new(id?),
+        min_size: u32::try_from(min_size?).ok()?,
+        max_size: u32::try_from(max_size?).ok()?,
+        instance_type: instance_type?,
+        region: region?,
+        zone: zone?,
+        os,
+        arch,
+        capacity,
+        reserved,
+        gpu,
+        rdma,
+        csi,
+        labels,
+        taints,
+        topology,
+        price_per_hour,
+        backend: backend?,
+        autoscaling_options,
+        source: file.to_path_buf(),
+    })
+}
+
+fn parse_capacity(mut c: Obj<'_>, required: bool, errs: &mut Errors) -> Option<Capacity> {
+    let cpu = c.quantity("cpu", errs);
+    let memory = c.quantity("memory", errs);
+    let ephemeral_storage = c.quantity("ephemeralStorage", errs);
+    let pods = c.int("pods", if required { 1 } else { 0 }, 1_000_000, errs);
+    if required {
+        for (key, present) in [("cpu", cpu.is_some()), ("memory", memory.is_some()), ("pods", pods.is_some())] {
+            if !present && !c.has(key) {
+                c.missing(key, errs);
+            }
+        }
+    }
+    c.finish(errs);
+    Some(Capacity {
+        cpu: if required { cpu? } else { cpu.unwrap_or_default() },
+        memory: if required { memory? } else { memory.unwrap_or_default() },
+        ephemeral_storage: ephemeral_storage.unwrap_or_default(),
+        pods: u64::try_from(if required { pods? } else { pods.unwrap_or(0) }).ok()?,
+    })
+}
+
+fn gpu(mut o: Obj<'_>, defaults: &GroupDefaults, errs: &mut Errors) -> Option<GpuSpec> {
+    let count = o.int("count", 1, 1024, errs);
+    if count.is_none() && !o.has("count") {
+        o.missing("count", errs);
+    }
+    let product = o.required_string("product", errs);
+    if let Some(p) = &product {
+        if let Err(e) = check_label_value(p) {
+            errs.push(&o.path("product"), Some(&Value::String(p.clone())), format!("must be usable as a label value: {e}"));
+        }
+    }
+    let memory = o.quantity("memory", errs);
+    if memory.is_none() && !o.has("memory") {
+        o.missing("memory", errs);
+    }
+    let resource_name = o.string("resourceName", errs).unwrap_or_else(|| defaults.gpu_resource.clone());
+    if let Err(e) = check_resource_name(&resource_name) {
+        errs.push(&o.path("resourceName"), Some(&Value::String(resource_name.clone())), e);
+    }
+    o.finish(errs);
+    Some(GpuSpec {
+        count: u32::try_from(count?).ok()?,
+        product: product?,
+        memory: memory?,
+        resource_name,
+    })
+}
+
+fn rdma(mut o: Obj<'_>, defaults: &GroupDefaults, errs: &mut Errors) -> Option<RdmaSpec> {
+    let resource_name = o.required_string("resourceName", errs);
+    if let Some(r) = &resource_name {
+        if let Err(e) = check_resource_name(r) {
+            errs.push(&o.path("resourceName"), Some(&Value::String(r.clone())), e);
+        }
+    }
+    let devices = o.int("devices", 1, 1024, errs);
+    if devices.is_none() && !o.has("devices") {
+        o.missing("devices", errs);
+    }
+    let bandwidth = o.int("bandwidthGbps", 1, 1_000_000, errs);
+    if bandwidth.is_none() && !o.has("bandwidthGbps") {
+        o.missing("bandwidthGbps", errs);
+    }
+    let bandwidth_resource_name = o
+        .string("bandwidthResourceName", errs)
+        .unwrap_or_else(|| defaults.rdma_bandwidth_resource.clone());
+    if let Err(e) = check_resource_name(&bandwidth_resource_name) {
+        errs.push(&o.path("bandwidthResourceName"), Some(&Value::String(bandwidth_resource_name.clone())), e);
+    }
+    o.finish(errs);
+    Some(RdmaSpec {
+        resource_name: resource_name?,
+        devices: u32::try_from(devices?).ok()?,
+        bandwidth_gbps: u32::try_from(bandwidth?).ok()?,
+        bandwidth_resource_name,
+    })
+}
+
+fn taint(mut o: Obj<'_>, errs: &mut Errors) -> Option<Taint> {
+    let key = o.required_string("key", errs);
+    if let Some(k) = &key {
+        if let Err(e) = check_label_key(k) {
+            errs.push(&o.path("key"), Some(&Value::String(k.clone())), e);
+        }
+    }
+    let value = o.string("value", errs).unwrap_or_default();
+    if let Err(e) = check_label_value(&value) {
+        errs.push(&o.path("value"), Some(&Value::String(value.clone())), e);
+    }
+    let effect = o.required_string("effect", errs).and_then(|e| {
+        let parsed = TaintEffect::parse(&e);
+        if parsed.is_none() {
+            errs.push(&o.path("effect"), Some(&Value::String(e)), "must be NoSchedule, PreferNoSchedule or NoExecute");
+        }
+        parsed
+    });
+    o.finish(errs);
+    Some(Taint {
+        key: key?,
+        value,
+        effect: effect?,
+    })
+}
+
+fn backend(mut o: Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
+    let kind = o.string("type", errs).unwrap_or_else(|| "memory".to_owned());
+    let spec = match kind.as_str() {
+        "memory" => {
+            let create_delay = o.duration("createDelay", errs).unwrap_or(Duration::ZERO);
+            let provision_delay = o.duration("provisionDelay", errs).unwrap_or(Duration::ZERO);
+            let failure = o.obj("failure", errs).and_then(|mut f| {
+                let after = f.int("afterInstances", 0, i64::from(u32::MAX), errs).unwrap_or(0);
+                let code = f.string("code", errs).unwrap_or_else(|| "stockout".to_owned());
+                let parsed = ErrorCode::parse(&code);
+                if parsed.is_none() {
+                    let all: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+                    errs.push(&f.path("code"), Some(&Value::String(code)), format!("must be one of: {}", all.join(", ")));
+                }
+                f.finish(errs);
+                Some(MemoryFailure {
+                    after_instances: u32::try_from(after).ok()?,
+                    code: parsed?,
+                })
+            });
+            Some(BackendSpec::Memory(MemoryBackendSpec {
+                create_delay,
+                provision_delay,
+                failure,
+            }))
+        }
+        other => {
+            errs.push(&o.path("type"), Some(&Value::String(other.to_owned())), "unknown backend; supported: memory");
+            None
+        }
+    };
+    o.finish(errs);
+    spec
+}
+
+fn options(mut o: Obj<'_>, errs: &mut Errors) -> AutoscalingOptionOverrides {
+    let out = AutoscalingOptionOverrides {
+        scale_down_utilization_threshold: o.float("scaleDownUtilizationThreshold", 0.0, 1.0, errs),
+        scale_down_gpu_utilization_threshold: o.float("scaleDownGpuUtilizationThreshold", 0.0, 1.0, errs),
+        zero_or_max_node_scaling: o.bool("zeroOrMaxNodeScaling", errs),
+        ignore_daemon_sets_utilization: o.bool("ignoreDaemonSetsUtilization", errs),
+        scale_down_unneeded_time: o.duration("scaleDownUnneededTime", errs),
+        scale_down_unready_time: o.duration("scaleDownUnreadyTime", errs),
+        max_node_provision_time: o.duration("maxNodeProvisionTime", errs),
+    };
+    o.finish(errs);
+    out
+}
+
+/// Keys that gangscaler derives itself; a group may not set them through `labels`/`topology`.
+const DERIVED_LABELS: [&str; 10] = [
+    labels::OS,
+    labels::ARCH,
+    labels::HOSTNAME,
+    labels::INSTANCE_TYPE,
+    labels::ZONE,
+    labels::REGION,
+    labels::GPU_PRODUCT,
+    labels::GPU_COUNT,
+    labels::GPU_MEMORY,
+    labels::NODE_GROUP,
+];
+
+fn label_map(g: &mut Obj<'_>, key: &'static str, errs: &mut Errors) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (k, v) in g.map(key, errs) {
+        let path = format!("{key}.{k}");
+        if let Err(e) = check_label_key(&k) {
+            errs.push(&path, Some(&Value::String(k.clone())), format!("label key {e}"));
+        }
+        if DERIVED_LABELS.contains(&k.as_str()) {
+            errs.push(&path, Some(v), "is set by gangscaler from the group's own fields; set that field instead");
+        }
+        let value = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => b.to_string(),
+            other => {
+                errs.push(&path, Some(other), "must be a string");
+                continue;
+            }
+        };
+        if let Err(e) = check_label_value(&value) {
+            errs.push(&path, Some(v), format!("label value {e}"));
+        }
+        out.insert(k, value);
+    }
+    out
+}
+
+fn check_dns_label(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err("must be a DNS label: 1-63 lowercase letters, digits or '-', starting and ending alphanumeric".to_owned())
+    }
+}
+
+fn check_dns_subdomain(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 253 {
+        return Err("must be 1-253 characters".to_owned());
+    }
+    for part in s.split('.') {
+        let ok = !part.is_empty()
+            && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !part.starts_with('-')
+            && !part.ends_with('-');
+        if !ok {
+            return Err("must be a DNS subdomain (lowercase letters, digits, '-' and '.')".to_owned());
+        }
+    }
+    Ok(())
+}
+
+fn check_name_part(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
+        && s.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric);
+    if ok {
+        Ok(())
+    } else {
+        Err("name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric".to_owned())
+    }
+}
+
+fn check_label_key(s: &str) -> Result<(), String> {
+    match s.split_once('/') {
+        Some((prefix, name)) => {
+            check_dns_subdomain(prefix).map_err(|e| format!("prefix {e}"))?;
+            check_name_part(name)
+        }
+        None => check_name_part(s),
+    }
+}
+
+fn check_label_value(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Ok(());
+    }
+    check_name_part(s).map_err(|_| "must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric".to_owned())
+}
+
+fn check_resource_name(s: &str) -> Result<(), String> {
+    match s.split_once('/') {
+        Some(_) => check_label_key(s).map_err(|e| format!("extended resource name {e}")),
+        None => Err("extended resource name must be qualified, like example.com/name".to_owned()),
+    }
+}

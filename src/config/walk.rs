@@ -1,0 +1,285 @@
+//! A small walker over a parsed YAML document that records every error with its field path
+//! and value and flags keys nobody asked for, so a typo never passes silently.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::FieldError;
+use crate::model::quantity::Quantity;
+
+/// Collects field errors for one file.
+#[derive(Debug)]
+pub struct Errors {
+    file: PathBuf,
+    pub list: Vec<FieldError>,
+}
+
+impl Errors {
+    pub fn new(file: &Path) -> Self {
+        Self {
+            file: file.to_path_buf(),
+            list: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, field: &str, value: Option<&Value>, message: impl Into<String>) {
+        self.list.push(FieldError {
+            file: self.file.clone(),
+            field: if field.is_empty() { "(document)".to_owned() } else { field.to_owned() },
+            value: value.map(render),
+            message: message.into(),
+        });
+    }
+}
+
+/// Renders a value the way the user wrote it (strings unquoted).
+pub fn render(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+fn join(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{prefix}.{key}")
+    }
+}
+
+/// One mapping in the document, with the keys read so far.
+pub struct Obj<'a> {
+    path: String,
+    map: &'a Map<String, Value>,
+    seen: BTreeSet<&'static str>,
+}
+
+impl<'a> Obj<'a> {
+    /// The document root, or an error if the root is not a mapping.
+    pub fn root(v: &'a Value, errs: &mut Errors) -> Option<Self> {
+        Self::at(String::new(), v, errs)
+    }
+
+    fn at(path: String, v: &'a Value, errs: &mut Errors) -> Option<Self> {
+        match v {
+            Value::Object(map) => Some(Self {
+                path,
+                map,
+                seen: BTreeSet::new(),
+            }),
+            Value::Null => None,
+            other => {
+                errs.push(&path, Some(other), "must be a mapping");
+                None
+            }
+        }
+    }
+
+    /// The path of a key of this mapping.
+    pub fn path(&self, key: &str) -> String {
+        join(&self.path, key)
+    }
+
+    fn get(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.seen.insert(key);
+        match self.map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v),
+        }
+    }
+
+    /// Whether the key is present with a non-null value (valid or not).
+    pub fn has(&self, key: &str) -> bool {
+        self.map.get(key).is_some_and(|v| !v.is_null())
+    }
+
+    /// Reports a missing required key.
+    pub fn missing(&self, key: &str, errs: &mut Errors) {
+        errs.push(&self.path(key), None, "is required");
+    }
+
+    /// A nested mapping.
+    pub fn obj(&mut self, key: &'static str, errs: &mut Errors) -> Option<Obj<'a>> {
+        let path = self.path(key);
+        self.get(key).and_then(|v| Obj::at(path, v, errs))
+    }
+
+    /// A string.
+    pub fn string(&mut self, key: &'static str, errs: &mut Errors) -> Option<String> {
+        let v = self.get(key)?;
+        match v {
+            Value::String(s) => Some(s.clone()),
+            other => {
+                errs.push(&self.path(key), Some(other), "must be a string");
+                None
+            }
+        }
+    }
+
+    /// A required non-empty string.
+    pub fn required_string(&mut self, key: &'static str, errs: &mut Errors) -> Option<String> {
+        match self.string(key, errs) {
+            Some(s) if s.trim().is_empty() => {
+                errs.push(&self.path(key), Some(&Value::String(s)), "must not be empty");
+                None
+            }
+            Some(s) => Some(s),
+            None => {
+                if !self.has(key) {
+                    self.missing(key, errs);
+                }
+                None
+            }
+        }
+    }
+
+    /// A boolean (also accepts the strings `true`/`false` that environment overrides give).
+    pub fn bool(&mut self, key: &'static str, errs: &mut Errors) -> Option<bool> {
+        let v = self.get(key)?;
+        match v {
+            Value::Bool(b) => Some(*b),
+            Value::String(s) if s == "true" => Some(true),
+            Value::String(s) if s == "false" => Some(false),
+            other => {
+                errs.push(&self.path(key), Some(other), "must be true or false");
+                None
+            }
+        }
+    }
+
+    /// An integer in `[min, max]`.
+    pub fn int(&mut self, key: &'static str, min: i64, max: i64, errs: &mut Errors) -> Option<i64> {
+        let v = self.get(key)?;
+        let n = match v {
+            Value::Number(n) => n.as_i64(),
+            Value::String(s) => s.trim().parse().ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) if (min..=max).contains(&n) => Some(n),
+            Some(_) => {
+                errs.push(
+                    &self.path(key),
+                    Some(v),
+                    format!("must be an integer from {min} to {max}"),
+                );
+                None
+            }
+            None => {
+                errs.push(&self.path(key), Some(v), "must be an integer");
+                None
+            }
+        }
+    }
+
+    /// A finite number in `[min, max]`.
+    pub fn float(&mut self, key: &'static str, min: f64, max: f64, errs: &mut Errors) -> Option<f64> {
+        let v = self.get(key)?;
+        let n = match v {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) => s.trim().parse().ok(),
+            _ => None,
+        };
+        match n {
+            Some(n) if n.is_finite() && n >= min && n <= max => Some(n),
+            _ => {
+                errs.push(
+                    &self.path(key),
+                    Some(v),
+                    format!("must be a number from {min} to {max}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A Kubernetes quantity, written as a string or a number.
+    pub fn quantity(&mut self, key: &'static str, errs: &mut Errors) -> Option<Quantity> {
+        let v = self.get(key)?;
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            other => {
+                errs.push(&self.path(key), Some(other), "must be a quantity such as \"16Gi\" or \"500m\"");
+                return None;
+            }
+        };
+        match Quantity::parse(&text) {
+            Ok(q) => Some(q),
+            Err(e) => {
+                errs.push(&self.path(key), Some(v), format!("is not a valid quantity: {e}"));
+                None
+            }
+        }
+    }
+
+    /// A duration such as `20s`, `5m` or `1h30m`.
+    pub fn duration(&mut self, key: &'static str, errs: &mut Errors) -> Option<Duration> {
+        let v = self.get(key)?;
+        let parsed = match v {
+            Value::String(s) if s.trim() == "0" => Ok(Duration::ZERO),
+            Value::Number(n) if n.as_u64() == Some(0) => Ok(Duration::ZERO),
+            Value::String(s) => humantime::parse_duration(s.trim()).map_err(|e| e.to_string()),
+            _ => Err("expected a string".to_owned()),
+        };
+        match parsed {
+            Ok(d) => Some(d),
+            Err(e) => {
+                errs.push(
+                    &self.path(key),
+                    Some(v),
+                    format!("must be a duration such as \"30s\" or \"5m\": {e}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A mapping of strings to raw values, in key order.
+    pub fn map(&mut self, key: &'static str, errs: &mut Errors) -> Vec<(String, &'a Value)> {
+        match self.get(key) {
+            None => Vec::new(),
+            Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v)).collect(),
+            Some(other) => {
+                errs.push(&self.path(key), Some(other), "must be a mapping");
+                Vec::new()
+            }
+        }
+    }
+
+    /// A list of raw values.
+    pub fn list(&mut self, key: &'static str, errs: &mut Errors) -> Vec<&'a Value> {
+        match self.get(key) {
+            None => Vec::new(),
+            Some(Value::Array(a)) => a.iter().collect(),
+            Some(other) => {
+                errs.push(&self.path(key), Some(other), "must be a list");
+                Vec::new()
+            }
+        }
+    }
+
+    /// A mapping nested at an explicit path (list items).
+    pub fn item(path: String, v: &'a Value, errs: &mut Errors) -> Option<Obj<'a>> {
+        Obj::at(path, v, errs)
+    }
+
+    /// Reports every key that was never read.
+    pub fn finish(self, errs: &mut Errors) {
+        for (k, v) in self.map {
+            if !self.seen.contains(k.as_str()) {
+                let mut known: Vec<&str> = self.seen.iter().copied().collect();
+                known.sort_unstable();
+                errs.push(
+                    &join(&self.path, k),
+                    Some(v),
+                    format!("unknown field; expected one of: {}", known.join(", ")),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The use cases behind each RPC. The engine owns the live configuration (re-read on
+//! `Refresh` when its files change), routes each node group to its provisioning backend and
+//! turns backend answers into the contract CA relies on. Depends on `config`, `provision`,
+//! `model` and `metrics`; knows nothing of gRPC.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tracing::{error, info, warn};
+
+use crate::config::{self, Fingerprint, Loaded};
+use crate::metrics::Metrics;
+use crate::model::{
+    AutoscalingOptions, Instance, NodeGroupId, NodeGroupSpec, TemplateNode,
+};
+use crate::provision::{self, NodeRef, Provisioner};
+
+/// Engine errors; `grpc::status` maps each to one gRPC code.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No node group has this id.
+    #[error("node group {0:?} not found")]
+    GroupNotFound(String),
+    /// The request is malformed (bad delta, bad timestamps, missing node).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The group has no template node (no `capacity` configured).
+    #[error("node group {0} has no template node: set capacity in its configuration")]
+    NoTemplate(NodeGroupId),
+    /// No price is known for the group.
+    #[error("node group {0} has no price configured")]
+    NoPrice(NodeGroupId),
+    /// The node is not managed by any node group.
+    #[error("node {name} (providerID {provider_id:?}) is not managed by any node group")]
+    NodeNotManaged {
+        /// Node name.
+        name: String,
+        /// providerID.
+        provider_id: String,
+    },
+    /// This provider does not implement the call.
+    #[error("{0} is not implemented by gangscaler")]
+    Unsupported(&'static str),
+    /// A configured backend kind has no provisioner (a wiring bug).
+    #[error("node group {group}: no {kind} backend is running")]
+    NoBackend {
+        /// Group.
+        group: NodeGroupId,
+        /// Backend kind.
+        kind: &'static str,
+    },
+    /// The backend refused or failed.
+    #[error(transparent)]
+    Provision(#[from] provision::Error),
+}
+
+/// Result alias for this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The use cases behind the RPCs.
+pub struct Engine {
+    config: ArcSwap<Loaded>,
+    source: Option<config::Source>,
+    last_fingerprint: tokio::sync::Mutex<Option<Fingerprint>>,
+    provisioners: HashMap<&'static str, Arc<dyn Provisioner>>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("groups", &self.config.load().groups.len())
+            .field("backends", &self.provisioners.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine over `loaded`, reloading node groups from `source` on refresh when given.
+    ///
+    /// # Errors
+    /// [`Error::NoBackend`] if a group names a backend that is not in `provisioners`, or the
+    /// backend's error from registering the groups.
+    pub async fn new(
+        loaded: Loaded,
+        source: Option<config::Source>,
+        provisioners: Vec<Arc<dyn Provisioner>>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self> {
+        let fingerprint = match &source {
+            Some(s) => s.fingerprint(&loaded.provider.node_groups_dir).ok(),
+            None => None,
+        };
+        let engine = Self {
+            config: ArcSwap::from_pointee(loaded),
+            source,
+            last_fingerprint: tokio::sync::Mutex::new(fingerprint),
+            provisioners: provisioners.into_iter().map(|p| (p.kind(), p)).collect(),
+            metrics,
+        };
+        let loaded = engine.config.load_full();
+        engine.sync(&loaded.groups).await?;
+        engine.metrics.config_valid.set(1);
+        Ok(engine)
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> Arc<Loaded> {
+        self.config.load_full()
+    }
+
+    fn group(&self, id: &str) -> Result<(Arc<Loaded>, usize)> {
+        let cfg = self.config.load_full();
+        let idx = cfg
+            .groups
+            .binary_search_by(|g| g.id.as_str().cmp(id))
+            .map_err(|_| Error::GroupNotFound(id.to_owned()))?;
+        Ok((cfg, idx))
+    }
+
+    fn backend(&self, group: &NodeGroupSpec) -> Result<&Arc<dyn Provisioner>> {
+        let kind = group.backend.kind();
+        self.provisioners.get(kind).ok_or_else(|| Error::NoBackend {
+            group: group.id.clone(),
+            kind,
+        })
+    }
+
+    async fn sync(&self, groups: &[NodeGroupSpec]) -> Result<()> {
+        for p in self.provisioners.values() {
+            let mine: Vec<NodeGroupSpec> = groups
+                .iter()
+                .filter(|g| g.backend.kind() == p.kind())
+                .cloned()
+                .collect();
+            p.sync_groups(&mine).await?;
+        }
+        for g in groups {
+            self.backend(g)?;
+        }
+        Ok(())
+    }
+
+    /// Re-reads the node-group files if they changed. Never fails: an invalid edit keeps the
+    /// last good configuration, is logged once and counted, because an error here would abort
+    /// CA's whole loop.
+    pub async fn refresh(&self) {
+        let Some(source) = &self.source else {
+            return;
+        };
+        let mut last = self.last_fingerprint.lock().await;
+        let current = self.config.load_full();
+        let fingerprint = match source.fingerprint(&current.provider.node_groups_dir) {
+            Ok(f) => f,
+            Err(e) => {
+                if last.is_some() {
+                    error!(error = %e, "reading configuration failed; keeping the last good configuration");
+                    self.metrics.config_reload(false);
+                    *last = None;
+                }
+                return;
+            }
+        };
+        if *last == Some(fingerprint) {
+            return;
+        }
+        *last = Some(fingerprint);
+        match self.try_reload(source, &current).await {
+            Ok(new) => {
+                info!(
+                    node_groups = new.groups.len(),
+                    "configuration reloaded"
+                );
+                self.config.store(Arc::new(new));
+                self.metrics.config_reload(true);
+            }
+            Err(message) => {
+                error!(error = %message, "configuration edit rejected; keeping the last good configuration");
+                self.metrics.config_reload(false);
+            }
+        }
+    }
+
+    async fn try_reload(&self, source: &config::Source, current: &Loaded) -> Result<Loaded, String> {
+        let new = source.load().map_err(|e| e.to_string())?;
+        if new.provider != current.provider {
+            warn!("provider.yaml changed: server, TLS and GPU settings take effect only after a restart");
+        }
+        for old in &current.groups {
+            if new.groups.iter().any(|g| g.id == old.id) {
+                continue;
+            }
+            let target = match self.backend(old) {
+                Ok(b) => b.target_size(old).await.map_err(|e| e.to_string())?,
+                Err(e) => return Err(e.to_string()),
+            };
+            if target > 0 {
+                return Err(format!(
+                    "node group {} was removed from the configuration but still has target size {target}; scale it to zero before removing it",
+                    old.id
+                ));
+            }
+        }
+        // Groups keep the provider settings they started with.
+        let new = Loaded {
+            provider: current.provider.clone(),
+            groups: new.groups,
+        };
+        self.sync(&new.groups).await.map_err(|e| e.to_string())?;
+        Ok(new)
+    }
+
+    /// Every node group.
+    pub fn node_groups(&self) -> Arc<Loaded> {
+        self.config.load_full()
+    }
+
+    /// The group managing `node`, matched by providerID then by name; `None` if unmanaged.
+    ///
+    /// # Errors
+    /// A backend failure.
+    pub async fn node_group_for_node(&self, node: &NodeRef) -> Result<Option<NodeGroupSpec>> {
+        let cfg = self.config.load_full();
+        for p in self.provisioners.values() {
+            if let Some(id) = p.lookup(node).await? {
+                // Only answer with groups that NodeGroups lists too.
+                if let Ok(idx) = cfg.groups.binary_search_by(|g| g.id.cmp(&id)) {
+                    return Ok(cfg.groups.get(idx).cloned());
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The group's target size.
+    ///
+    /// # Errors
+    /// [`Error::GroupNotFound`], or a backend failure.
+    pub async fn target_size(&self, id: &str) -> Result<u32> {
+        let (cfg, idx) = self.group(id)?;
+        let g = &cfg.groups[idx];
+        Ok(self.backend(g)?.target_size(g).await?)
+    }
+
+    /// Raises the group's target by `delta`.
+    ///
+    /// # Errors
+    /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta <= 0`, or the backend's
+    /// refusal (above max).
+    pub async fn increase_size(&self, id: &str, delta: i32) -> Result<u32> {
+        let (cfg, idx) = self.group(id)?;
+        let g = &cfg.groups[idx];
+        let delta = positive(delta, || {
+            format!("node group {id}: increase delta must be positive, got {delta}")
+        })?;
+        let result = self.backend(g)?.increase(g, delta).await;
+        self.observe(g, "increase", &result);
+        let target = result?;
+        info!(node_group.id = %g.id, delta, target, "target size increased");
+        Ok(target)
+    }
+
+    /// Deletes the named nodes from the group, lowering its target.
+    ///
+    /// # Errors
+    /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for an empty list, or the backend's
+    /// refusal (a node not in the group, below min).
+    pub async fn delete_nodes(&self, id: &str, nodes: &[NodeRef]) -> Result<u32> {
+        let (cfg, idx) = self.group(id)?;
+        let g = &cfg.groups[idx];
+        if nodes.is_empty() {
+            return Err(Error::InvalidRequest(format!(
+                "node group {id}: delete request names no nodes"
+            )));
+        }
+        if let Some(n) = nodes.iter().find(|n| n.name.is_empty() && n.provider_id.is_empty()) {
+            return Err(Error::InvalidRequest(format!(
+                "node group {id}: a node in the delete request has neither name nor providerID ({n:?})"
+            )));
+        }
+        let result = self.backend(g)?.delete(g, nodes).await;
+        self.observe(g, "delete", &result);
+        let target = result?;
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        info!(node_group.id = %g.id, nodes = ?names, target, "nodes deleted");
+        Ok(target)
+    }
+
+    /// Cancels `-delta` units of not-yet-created capacity.
+    ///
+    /// # Errors
+    /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta >= 0`, or the backend's
+    /// refusal (it would delete existing nodes).
+    pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<u32> {
+        let (cfg, idx) = self.group(id)?;
+        let g = &cfg.groups[idx];
+        let by = positive(delta.checked_neg().unwrap_or(0), || {
+            format!("node group {id}: decrease delta must be negative, got {delta}")
+        })?;
+        let result = self.backend(g)?.decrease_target(g, by).await;
+        self.observe(g, "decrease_target", &result);
+        let target = result?;
+        info!(node_group.id = %g.id, delta, target, "target size decreased");
+        Ok(target)
+    }
+
+    /// The group's instances.
+    ///
+    /// # Errors
+    /// [`Error::GroupNotFound`], or a backend failure.
+    pub async fn nodes(&self, id: &str) -> Result<Vec<Instance>> {
+        let (cfg, idx) = self.group(id)?;
+        let g = &cfg.groups[idx];
+        Ok(self.backend(g)?.instances(g).await?)
+    }
+
+    /// The group's template node.
+    ///
+    /// # Errors
+    /// [`Error::GroupNotFound`], or [`Error::NoTemplate`] for a group without capacity.
+    pub fn template(&self, id: &str) -> Result<TemplateNode> {
+        let (cfg, idx) = self.group(id)?;
+        let g = &cfg.groups[idx];
+        TemplateNode::for_group(g, &cfg.provider.gpu_label).ok_or_else(|| Error::NoTemplate(g.id.clone()))
+    }
+
+    /// The options CA should use for the group: `None` (use your defaults) unless the group
+    /// overrides something, then CA's `defaults` with the overrides applied.
+    ///
+    /// # Errors
+    /// [`Error::GroupNotFound`].
+    pub fn options(&self, id: &str, defaults: Option<&AutoscalingOptions>) -> Result<Option<AutoscalingOptions>> {
+        let (cfg, idx) = self.group(id)?;
+        let g = &cfg.groups[idx];
+        let Some(overrides) = &g.autoscaling_options else {
+            return Ok(None);
+        };
+        let fallback = AutoscalingOptions::default();
+        Ok(Some(overrides.apply(defaults.unwrap_or(&fallback))))
+    }
+
+    /// The price of running `node` for `period`, from its group's hourly price.
+    ///
+    /// # Errors
+    /// [`Error::NodeNotManaged`], or [`Error::NoPrice`].
+    pub async fn node_price(&self, node: &NodeRef, period: Duration) -> Result<f64> {
+        let group = self.node_group_for_node(node).await?.ok_or_else(|| Error::NodeNotManaged {
+            name: node.name.clone(),
+            provider_id: node.provider_id.clone(),
+        })?;
+        let hourly = group.price_per_hour.ok_or_else(|| Error::NoPrice(group.id.clone()))?;
+        Ok(hourly * period.as_secs_f64() / 3600.0)
+    }
+
+    /// The label CA uses to recognise GPU nodes.
+    pub fn gpu_label(&self) -> String {
+        self.config.load().provider.gpu_label.clone()
+    }
+
+    /// The GPU types CA may see.
+    pub fn gpu_types(&self) -> Vec<String> {
+        self.config.load().gpu_types()
+    }
+
+    fn observe<T>(&self, group: &NodeGroupSpec, operation: &'static str, result: &provision::Result<T>) {
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(e) => e.kind(),
+        };
+        self.metrics.provision_call(group.backend.kind(), operation, outcome);
+    }
+}
+
+fn positive(delta: i32, message: impl FnOnce() -> String) -> Result<u32> {
+    match u32::try_from(delta) {
+        Ok(d) if d > 0 => Ok(d),
+        _ => Err(Error::InvalidRequest(message())),
+    }
+}

@@ -1,0 +1,151 @@
+//! Prometheus metric families, registered under the `gangscaler` prefix. Labels come only
+//! from bounded sets (rpc names, status codes, backends, operations, outcomes).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Labels of a gRPC request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RpcLabels {
+    /// RPC method name.
+    pub rpc: &'static str,
+    /// gRPC status code name.
+    pub code: &'static str,
+}
+
+/// Labels of a gRPC latency histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RpcMethod {
+    /// RPC method name.
+    pub rpc: &'static str,
+}
+
+/// Labels of a provisioning call counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProvisionLabels {
+    /// Backend kind.
+    pub backend: &'static str,
+    /// Operation.
+    pub operation: &'static str,
+    /// `ok` or an error kind.
+    pub outcome: &'static str,
+}
+
+/// Labels of a configuration reload counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `success` or `failure`.
+    pub outcome: &'static str,
+}
+
+/// Every metric family of the provider.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// gRPC requests by method and status code.
+    pub grpc_requests: Family<RpcLabels, Counter>,
+    /// gRPC server-side handling time by method.
+    pub grpc_duration: Family<RpcMethod, Histogram>,
+    /// Provisioning backend calls.
+    pub provision_calls: Family<ProvisionLabels, Counter>,
+    /// Configuration reloads by outcome.
+    pub config_reloads: Family<OutcomeLabels, Counter>,
+    /// 1 while the running configuration matches the files on disk, 0 after a rejected edit.
+    pub config_valid: Gauge,
+}
+
+fn rpc_buckets() -> impl Iterator<Item = f64> {
+    // 10 µs .. ~5 s: lookups answer in microseconds, backend calls may take seconds.
+    prometheus_client::metrics::histogram::exponential_buckets(1e-5, 3.0, 13)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every family.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("gangscaler");
+        let grpc_requests = Family::<RpcLabels, Counter>::default();
+        let grpc_duration =
+            Family::<RpcMethod, Histogram>::new_with_constructor(|| Histogram::new(rpc_buckets()));
+        let provision_calls = Family::<ProvisionLabels, Counter>::default();
+        let config_reloads = Family::<OutcomeLabels, Counter>::default();
+        let config_valid = Gauge::default();
+        let grpc = registry.sub_registry_with_prefix("grpc");
+        grpc.register(
+            "requests",
+            "externalgrpc requests handled, by method and status code",
+            grpc_requests.clone(),
+        );
+        grpc.register_with_unit(
+            "request_duration",
+            "externalgrpc server-side handling time, by method",
+            prometheus_client::registry::Unit::Seconds,
+            grpc_duration.clone(),
+        );
+        registry.sub_registry_with_prefix("provision").register(
+            "calls",
+            "provisioning backend calls, by backend, operation and outcome",
+            provision_calls.clone(),
+        );
+        let config = registry.sub_registry_with_prefix("config");
+        config.register(
+            "reloads",
+            "node-group configuration reloads, by outcome",
+            config_reloads.clone(),
+        );
+        config.register(
+            "valid",
+            "1 while the running configuration matches the files on disk, 0 after a rejected edit",
+            config_valid.clone(),
+        );
+        Self {
+            registry,
+            grpc_requests,
+            grpc_duration,
+            provision_calls,
+            config_reloads,
+            config_valid,
+        }
+    }
+
+    /// Records one finished RPC.
+    pub fn rpc(&self, rpc: &'static str, code: &'static str, seconds: f64) {
+        self.grpc_requests.get_or_create(&RpcLabels { rpc, code }).inc();
+        self.grpc_duration.get_or_create(&RpcMethod { rpc }).observe(seconds);
+    }
+
+    /// Records one provisioning call.
+    pub fn provision_call(&self, backend: &'static str, operation: &'static str, outcome: &'static str) {
+        self.provision_calls
+            .get_or_create(&ProvisionLabels {
+                backend,
+                operation,
+                outcome,
+            })
+            .inc();
+    }
+
+    /// Records a configuration reload.
+    pub fn config_reload(&self, success: bool) {
+        let outcome = if success { "success" } else { "failure" };
+        self.config_reloads.get_or_create(&OutcomeLabels { outcome }).inc();
+        self.config_valid.set(i64::from(success));
+    }
+
+    /// The text exposition of every family.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,15 @@
+//! Domain types shared by every layer: node-group specs, quantities, template nodes and
+//! instances. Depends only on std and serde: no async, no Kubernetes client, no protobuf.
+
+pub mod instance;
+pub mod labels;
+pub mod node_group;
+pub mod quantity;
+pub mod template;
+
+pub use instance::{ErrorClass, ErrorCode, Instance, InstanceError, InstanceState};
+pub use node_group::{
+    AutoscalingOptionOverrides, AutoscalingOptions, BackendSpec, Capacity, GpuSpec, MemoryBackendSpec,
+    MemoryFailure, NodeGroupId, NodeGroupSpec, RdmaSpec, Taint, TaintEffect,
+};
+pub use template::TemplateNode;

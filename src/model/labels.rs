@@ -1,0 +1,36 @@
+//! Label, annotation and resource-name keys used on template nodes and instances.
+
+/// Operating-system label set by kubelet.
+pub const OS: &str = "kubernetes.io/os";
+/// CPU-architecture label set by kubelet.
+pub const ARCH: &str = "kubernetes.io/arch";
+/// Hostname label set by kubelet.
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+/// Instance-type label set by the cloud provider.
+pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+/// Zone label set by the cloud provider.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+/// Region label set by the cloud provider.
+pub const REGION: &str = "topology.kubernetes.io/region";
+/// GPU Feature Discovery: GPU product name.
+pub const GPU_PRODUCT: &str = "nvidia.com/gpu.product";
+/// GPU Feature Discovery: GPUs per node.
+pub const GPU_COUNT: &str = "nvidia.com/gpu.count";
+/// GPU Feature Discovery: memory per GPU in MiB.
+pub const GPU_MEMORY: &str = "nvidia.com/gpu.memory";
+/// Label carrying the gangscaler node group of a node.
+pub const NODE_GROUP: &str = "gangscaler.io/node-group";
+/// Annotation listing per-driver CSI attach limits, `driver=count,...` (visibility only: CA
+/// cannot receive a CSINode over externalgrpc).
+pub const CSI_ATTACH_LIMITS: &str = "gangscaler.io/csi-attach-limits";
+/// Annotation carrying the RDMA bandwidth of a node in Gbit/s.
+pub const RDMA_BANDWIDTH: &str = "gangscaler.io/rdma-bandwidth-gbps";
+/// Annotation CA puts on fake nodes it builds from instances.
+pub const CA_FAKE_NODE_REASON: &str = "k8s.io/cluster-autoscaler/fake-node-reason";
+
+/// Default GPU extended-resource name (NVIDIA device plugin).
+pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// Default extended-resource name for RDMA bandwidth in Gbit/s.
+pub const DEFAULT_RDMA_BANDWIDTH_RESOURCE: &str = "gangscaler.io/rdma-gbps";
+/// Default GPU label reported to CA through the GPULabel RPC.
+pub const DEFAULT_GPU_LABEL: &str = GPU_PRODUCT;

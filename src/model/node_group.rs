@@ -1,0 +1,324 @@
+//! Validated node-group specifications: what a group's nodes look like and how they are
+//! provisioned. Built only by `config::validate`, so every value here is already checked.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::quantity::Quantity;
+
+/// The stable id of a node group, as CA sees it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct NodeGroupId(String);
+
+impl NodeGroupId {
+    /// Wraps an id string. Validation of the id's syntax happens in `config`.
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    /// The id as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeGroupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::borrow::Borrow<str> for NodeGroupId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Node resources: capacity, or the part of it reserved for the system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Capacity {
+    /// CPU.
+    pub cpu: Quantity,
+    /// Memory in bytes.
+    pub memory: Quantity,
+    /// Ephemeral storage in bytes.
+    pub ephemeral_storage: Quantity,
+    /// Maximum pods.
+    pub pods: u64,
+}
+
+/// GPUs on every node of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuSpec {
+    /// GPUs per node.
+    pub count: u32,
+    /// Product name as GPU Feature Discovery reports it (also the GPU type given to CA).
+    pub product: String,
+    /// Memory per GPU, in bytes.
+    pub memory: Quantity,
+    /// Extended-resource name, e.g. `nvidia.com/gpu`.
+    pub resource_name: String,
+}
+
+/// RDMA devices and bandwidth on every node of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RdmaSpec {
+    /// Device extended-resource name, e.g. `rdma/rdma_shared_device_a`.
+    pub resource_name: String,
+    /// Devices (or shares) per node.
+    pub devices: u32,
+    /// Node RDMA bandwidth in Gbit/s.
+    pub bandwidth_gbps: u32,
+    /// Extended-resource name that advertises the bandwidth.
+    pub bandwidth_resource_name: String,
+}
+
+/// Effect of a taint, as Kubernetes spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum TaintEffect {
+    /// `NoSchedule`.
+    NoSchedule,
+    /// `PreferNoSchedule`.
+    PreferNoSchedule,
+    /// `NoExecute`.
+    NoExecute,
+}
+
+impl TaintEffect {
+    /// The Kubernetes spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoSchedule => "NoSchedule",
+            Self::PreferNoSchedule => "PreferNoSchedule",
+            Self::NoExecute => "NoExecute",
+        }
+    }
+
+    /// Parses the Kubernetes spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "NoSchedule" => Some(Self::NoSchedule),
+            "PreferNoSchedule" => Some(Self::PreferNoSchedule),
+            "NoExecute" => Some(Self::NoExecute),
+            _ => None,
+        }
+    }
+}
+
+/// A node taint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Taint {
+    /// Taint key.
+    pub key: String,
+    /// Taint value (may be empty).
+    pub value: String,
+    /// Taint effect.
+    pub effect: TaintEffect,
+}
+
+/// Stable failure injected by the memory backend after a number of good instances.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemoryFailure {
+    /// Instances that succeed before failures start (counted over the group's lifetime).
+    pub after_instances: u32,
+    /// The error code reported for failed instances.
+    pub code: super::instance::ErrorCode,
+}
+
+/// Settings of the in-memory backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemoryBackendSpec {
+    /// How long requested capacity stays not-yet-created (no instance yet).
+    #[serde(with = "humantime_serde_compat")]
+    pub create_delay: Duration,
+    /// How long a created instance stays `creating` before it is `running`.
+    #[serde(with = "humantime_serde_compat")]
+    pub provision_delay: Duration,
+    /// Optional injected failure.
+    pub failure: Option<MemoryFailure>,
+}
+
+/// Which provisioning backend serves a group, with its settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum BackendSpec {
+    /// In-memory simulation; nothing outside the process changes.
+    Memory(MemoryBackendSpec),
+}
+
+impl BackendSpec {
+    /// The backend kind, e.g. `memory` (a bounded metric label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Memory(_) => "memory",
+        }
+    }
+}
+
+/// Per-group overrides of CA's autoscaling options. `None` fields echo CA's defaults.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct AutoscalingOptionOverrides {
+    /// Scale-down utilization threshold.
+    pub scale_down_utilization_threshold: Option<f64>,
+    /// Scale-down GPU utilization threshold.
+    pub scale_down_gpu_utilization_threshold: Option<f64>,
+    /// Scale the group to max or zero only.
+    pub zero_or_max_node_scaling: Option<bool>,
+    /// Ignore DaemonSet pods in utilization.
+    pub ignore_daemon_sets_utilization: Option<bool>,
+    /// How long a node must be unneeded before scale-down.
+    #[serde(with = "humantime_serde_compat::option")]
+    pub scale_down_unneeded_time: Option<Duration>,
+    /// How long an unready node must be unneeded before scale-down.
+    #[serde(with = "humantime_serde_compat::option")]
+    pub scale_down_unready_time: Option<Duration>,
+    /// How long CA waits for a node to register.
+    #[serde(with = "humantime_serde_compat::option")]
+    pub max_node_provision_time: Option<Duration>,
+}
+
+/// A fully validated node group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGroupSpec {
+    /// Stable id.
+    pub id: NodeGroupId,
+    /// Minimum size.
+    pub min_size: u32,
+    /// Maximum size.
+    pub max_size: u32,
+    /// Instance type (label `node.kubernetes.io/instance-type`).
+    pub instance_type: String,
+    /// Region (label `topology.kubernetes.io/region`).
+    pub region: String,
+    /// Zone (label `topology.kubernetes.io/zone`).
+    pub zone: String,
+    /// Node OS label value.
+    pub os: String,
+    /// Node architecture label value.
+    pub arch: String,
+    /// Node capacity; `None` means the group has no template node.
+    pub capacity: Option<Capacity>,
+    /// Reserved for the system: allocatable = capacity - reserved.
+    pub reserved: Capacity,
+    /// GPUs per node.
+    pub gpu: Option<GpuSpec>,
+    /// RDMA per node.
+    pub rdma: Option<RdmaSpec>,
+    /// CSI driver name → maximum attachable volumes per node.
+    pub csi: BTreeMap<String, u32>,
+    /// Extra node labels.
+    pub labels: BTreeMap<String, String>,
+    /// Node taints.
+    pub taints: Vec<Taint>,
+    /// Topology labels (rack, block) that define the group's RDMA-fabric domain.
+    pub topology: BTreeMap<String, String>,
+    /// Price per node-hour, if known.
+    pub price_per_hour: Option<f64>,
+    /// Provisioning backend.
+    pub backend: BackendSpec,
+    /// CA option overrides, if any.
+    pub autoscaling_options: Option<AutoscalingOptionOverrides>,
+    /// File this group was read from.
+    pub source: PathBuf,
+}
+
+impl NodeGroupSpec {
+    /// One-line description for CA's `debug` field and logs.
+    pub fn debug_line(&self) -> String {
+        let mut s = format!(
+            "{} [{}..{}] {} in {}",
+            self.id, self.min_size, self.max_size, self.instance_type, self.zone
+        );
+        if let Some(gpu) = &self.gpu {
+            s.push_str(&format!(", {}x {}", gpu.count, gpu.product));
+        }
+        if let Some(rdma) = &self.rdma {
+            s.push_str(&format!(", rdma {}x {} Gbit/s", rdma.devices, rdma.bandwidth_gbps));
+        }
+        s.push_str(&format!(", backend {}", self.backend.kind()));
+        s
+    }
+}
+
+/// Serde helpers that print durations the way the config accepts them (`"20s"`).
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+
+    pub mod option {
+        use std::time::Duration;
+
+        use serde::Serializer;
+
+        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+            match d {
+                Some(d) => super::serialize(d, s),
+                None => s.serialize_none(),
+            }
+        }
+    }
+}
+
+/// CA's per-group autoscaling options, as CA sends its defaults and receives our answer.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AutoscalingOptions {
+    /// Scale-down utilization threshold.
+    pub scale_down_utilization_threshold: f64,
+    /// Scale-down GPU utilization threshold.
+    pub scale_down_gpu_utilization_threshold: f64,
+    /// Scale the group to max or zero only.
+    pub zero_or_max_node_scaling: bool,
+    /// Ignore DaemonSet pods in utilization.
+    pub ignore_daemon_sets_utilization: bool,
+    /// Unneeded time before scale-down.
+    pub scale_down_unneeded_time: Option<Duration>,
+    /// Unready time before scale-down.
+    pub scale_down_unready_time: Option<Duration>,
+    /// Maximum node provisioning time.
+    pub max_node_provision_time: Option<Duration>,
+    /// Maximum node startup time (newer CA only; echoed when CA sends it).
+    pub max_node_startup_time: Option<Duration>,
+    /// Allow non-atomic scale-up to max (newer CA only; echoed).
+    pub allow_non_atomic_scale_up_to_max: bool,
+}
+
+impl AutoscalingOptionOverrides {
+    /// CA's `defaults` with this group's overrides applied; every other field is echoed, since
+    /// CA takes the whole answer as is and would read a missing field as zero.
+    pub fn apply(&self, defaults: &AutoscalingOptions) -> AutoscalingOptions {
+        let mut out = defaults.clone();
+        if let Some(v) = self.scale_down_utilization_threshold {
+            out.scale_down_utilization_threshold = v;
+        }
+        if let Some(v) = self.scale_down_gpu_utilization_threshold {
+            out.scale_down_gpu_utilization_threshold = v;
+        }
+        if let Some(v) = self.zero_or_max_node_scaling {
+            out.zero_or_max_node_scaling = v;
+        }
+        if let Some(v) = self.ignore_daemon_sets_utilization {
+            out.ignore_daemon_sets_utilization = v;
+        }
+        if self.scale_down_unneeded_time.is_some() {
+            out.scale_down_unneeded_time = self.scale_down_unneeded_time;
+        }
+        if self.scale_down_unready_time.is_some() {
+            out.scale_down_unready_time = self.scale_down_unready_time;
+        }
+        if self.max_node_provision_time.is_some() {
+            out.max_node_provision_time = self.max_node_provision_time;
+        }
+        out
+    }
+}

@@ -1,0 +1,149 @@
+//! Provisioning backends behind one trait. A backend owns a group's target size and its
+//! instances and applies every change atomically (bounds are checked in the same step that
+//! changes the size, so concurrent calls never lose updates or overshoot).
+//! Depends on `model` only.
+
+pub mod memory;
+
+use async_trait::async_trait;
+
+use crate::model::{Instance, NodeGroupId, NodeGroupSpec};
+
+/// Provisioning errors. Every variant names the group and the numbers involved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// Growing by `delta` would pass the group's maximum.
+    #[error("node group {group}: increasing target size {current} by {delta} would exceed max size {max}")]
+    AboveMax {
+        /// Group.
+        group: NodeGroupId,
+        /// Target before the call.
+        current: u32,
+        /// Requested increase.
+        delta: u32,
+        /// Group maximum.
+        max: u32,
+    },
+    /// Removing capacity would pass the group's minimum.
+    #[error("node group {group}: removing {removing} node(s) from target size {current} would go below min size {min}")]
+    BelowMin {
+        /// Group.
+        group: NodeGroupId,
+        /// Target before the call.
+        current: u32,
+        /// Nodes that would be removed.
+        removing: u32,
+        /// Group minimum.
+        min: u32,
+    },
+    /// A node named in a delete request is not an instance of the group.
+    #[error("node group {group}: node {node} (providerID {provider_id:?}) does not belong to this group")]
+    NotInGroup {
+        /// Group.
+        group: NodeGroupId,
+        /// Node name from the request.
+        node: String,
+        /// providerID from the request.
+        provider_id: String,
+    },
+    /// A target decrease asked to cancel more than the not-yet-created capacity.
+    #[error("node group {group}: cannot decrease target size by {requested}: only {pending} node(s) are requested but not yet created (target {target}); existing nodes must be deleted with NodeGroupDeleteNodes")]
+    WouldDeleteExisting {
+        /// Group.
+        group: NodeGroupId,
+        /// Requested decrease.
+        requested: u32,
+        /// Capacity that is not created yet.
+        pending: u32,
+        /// Current target.
+        target: u32,
+    },
+    /// The backend itself failed; retrying may help.
+    #[error("node group {group}: {backend} backend failed: {message}")]
+    Backend {
+        /// Group.
+        group: NodeGroupId,
+        /// Backend kind.
+        backend: &'static str,
+        /// What failed.
+        message: String,
+    },
+}
+
+impl Error {
+    /// A bounded label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::AboveMax { .. } => "above_max",
+            Self::BelowMin { .. } => "below_min",
+            Self::NotInGroup { .. } => "not_in_group",
+            Self::WouldDeleteExisting { .. } => "would_delete_existing",
+            Self::Backend { .. } => "backend",
+        }
+    }
+}
+
+/// Result alias for this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A node as CA names it in a delete request: providerID (may be empty), and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRef {
+    /// `spec.providerID`, or the instance id for CA's fake nodes; may be empty.
+    pub provider_id: String,
+    /// Node name.
+    pub name: String,
+}
+
+/// A provisioning backend. Implementations must be safe under concurrent calls.
+#[async_trait]
+pub trait Provisioner: Send + Sync + 'static {
+    /// The backend kind, e.g. `memory` (a bounded metric label).
+    fn kind(&self) -> &'static str;
+
+    /// Makes the backend aware of the configured groups (called at start and on reload).
+    /// Groups seen for the first time start at their minimum size.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if the backend cannot be reached.
+    async fn sync_groups(&self, groups: &[NodeGroupSpec]) -> Result<()>;
+
+    /// The group's target size: created instances plus capacity not yet created.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if the backend cannot be reached.
+    async fn target_size(&self, group: &NodeGroupSpec) -> Result<u32>;
+
+    /// Raises the target by `delta` (> 0) unless that passes `group.max_size`; returns the
+    /// new target. When this returns, [`Provisioner::target_size`] reflects the increase.
+    ///
+    /// # Errors
+    /// [`Error::AboveMax`], or [`Error::Backend`].
+    async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32>;
+
+    /// Cancels `delta` (> 0) units of capacity that is not created yet; returns the new target.
+    ///
+    /// # Errors
+    /// [`Error::WouldDeleteExisting`] if fewer than `delta` units are pending, or [`Error::Backend`].
+    async fn decrease_target(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32>;
+
+    /// Deletes the named instances, all or none, lowering the target by their number; returns
+    /// the new target. Instances whose creation failed can always be deleted; healthy ones
+    /// not below `group.min_size`.
+    ///
+    /// # Errors
+    /// [`Error::NotInGroup`], [`Error::BelowMin`], or [`Error::Backend`].
+    async fn delete(&self, group: &NodeGroupSpec, nodes: &[NodeRef]) -> Result<u32>;
+
+    /// The group's instances.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if the backend cannot be reached.
+    async fn instances(&self, group: &NodeGroupSpec) -> Result<Vec<Instance>>;
+
+    /// The group owning the instance with this providerID, else with this node name.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if the backend cannot be reached.
+    async fn lookup(&self, node: &NodeRef) -> Result<Option<NodeGroupId>>;
+}

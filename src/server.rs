@@ -1,0 +1,200 @@
+//! Wiring: binds the gRPC and HTTP listeners, sets up mutual TLS (or explicit plaintext),
+//! builds the engine with its backends and runs until shutdown.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tracing::{info, warn};
+
+use crate::config::{self, Loaded, Transport};
+use crate::engine::{self, Engine};
+use crate::grpc::Service;
+use crate::http::Endpoints;
+use crate::metrics::Metrics;
+use crate::provision::memory::MemoryProvisioner;
+use crate::provision::Provisioner;
+
+/// Server start-up and run errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A listener could not be bound.
+    #[error("binding {what} listener on {addr}")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A TLS file could not be read.
+    #[error("reading TLS file {}", path.display())]
+    TlsFile {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TLS material was rejected (bad PEM, key not matching the certificate).
+    #[error("configuring TLS from {cert}, {key} and {ca}")]
+    Tls {
+        /// Certificate file.
+        cert: String,
+        /// Key file.
+        key: String,
+        /// Client CA file.
+        ca: String,
+        /// Cause.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The engine could not start.
+    #[error("starting the engine")]
+    Engine(#[source] engine::Error),
+    /// The gRPC server failed.
+    #[error("serving gRPC")]
+    Serve(#[source] tonic::transport::Error),
+}
+
+/// A bound, not yet running server.
+pub struct Server {
+    engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
+    grpc: TcpListener,
+    http: TcpListener,
+    tls: Option<ServerTlsConfig>,
+    ready: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("grpc", &self.grpc.local_addr().ok())
+            .field("http", &self.http.local_addr().ok())
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|source| Error::TlsFile {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl Server {
+    /// Builds the engine and binds both listeners (port 0 picks a free port).
+    ///
+    /// # Errors
+    /// [`Error::Bind`], [`Error::TlsFile`] or [`Error::Engine`].
+    pub async fn bind(loaded: Loaded, source: Option<config::Source>) -> Result<Self, Error> {
+        let metrics = Arc::new(Metrics::new());
+        let settings = loaded.provider.server.clone();
+        let tls = match &settings.transport {
+            Transport::Tls(files) => {
+                let identity = Identity::from_pem(read(&files.cert_file)?, read(&files.key_file)?);
+                let ca = Certificate::from_pem(read(&files.client_ca_file)?);
+                // A client CA makes tonic require and verify client certificates; tonic also
+                // advertises ALPN h2, which grpc-go clients (CA 1.33+) insist on.
+                Some(ServerTlsConfig::new().identity(identity).client_ca_root(ca))
+            }
+            Transport::Plaintext { non_loopback } => {
+                if *non_loopback {
+                    warn!(
+                        address = %settings.address,
+                        "PLAINTEXT gRPC ON A NON-LOOPBACK ADDRESS: anyone on the network can resize node groups; configure server.tls"
+                    );
+                } else {
+                    warn!(address = %settings.address, "serving plaintext gRPC on loopback (explicitly configured)");
+                }
+                None
+            }
+        };
+        let provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
+        let engine = Engine::new(loaded, source, provisioners, metrics.clone())
+            .await
+            .map_err(Error::Engine)?;
+        let grpc = TcpListener::bind(settings.address).await.map_err(|source| Error::Bind {
+            what: "gRPC",
+            addr: settings.address,
+            source,
+        })?;
+        let http = TcpListener::bind(settings.metrics_address)
+            .await
+            .map_err(|source| Error::Bind {
+                what: "metrics",
+                addr: settings.metrics_address,
+                source,
+            })?;
+        Ok(Self {
+            engine: Arc::new(engine),
+            metrics,
+            grpc,
+            http,
+            tls,
+            ready: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// The bound gRPC address.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.local_addr().ok()
+    }
+
+    /// The bound HTTP address.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.local_addr().ok()
+    }
+
+    /// The engine (for tests and tools that drive it in-process).
+    pub fn engine(&self) -> Arc<Engine> {
+        self.engine.clone()
+    }
+
+    /// Serves until `shutdown` is cancelled.
+    ///
+    /// # Errors
+    /// [`Error::Tls`] for rejected TLS material, [`Error::Serve`] if the gRPC server fails.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let grpc_addr = self.grpc_addr();
+        let http_addr = self.http_addr();
+        let endpoints = Endpoints {
+            metrics: self.metrics.clone(),
+            ready: self.ready.clone(),
+        };
+        let http_task = tokio::spawn(endpoints.serve(self.http, shutdown.clone()));
+        let mut builder = tonic::transport::Server::builder();
+        let tls = self.tls.is_some();
+        if let Some(config) = self.tls {
+            builder = builder.tls_config(config).map_err(|source| Error::Tls {
+                cert: "server.tls.certFile".to_owned(),
+                key: "server.tls.keyFile".to_owned(),
+                ca: "server.tls.clientCaFile".to_owned(),
+                source,
+            })?;
+        }
+        let service = Service::new(self.engine.clone(), self.metrics.clone());
+        let incoming = TcpIncoming::from(self.grpc).with_nodelay(Some(true));
+        self.ready.store(true, Ordering::Release);
+        info!(grpc.address = ?grpc_addr, http.address = ?http_addr, tls, "gangscaler serving");
+        let token = shutdown.clone();
+        let result = builder
+            .add_service(service.into_server())
+            .serve_with_incoming_shutdown(incoming, async move { token.cancelled().await })
+            .await;
+        self.ready.store(false, Ordering::Release);
+        shutdown.cancel();
+        let _ = http_task.await;
+        info!("gangscaler stopped");
+        result.map_err(Error::Serve)
+    }
+}
