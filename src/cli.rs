@@ -86,7 +86,9 @@ async fn run_serve(dir: PathBuf) -> anyhow::Result<()> {
         .load()
         .with_context(|| format!("loading configuration from {}", dir.display()))?;
     info!(node_groups = loaded.groups.len(), config = %dir.display(), "configuration loaded");
-    let server = Server::bind(loaded, Some(source)).await.context("starting the server")?;
+    let server = Server::bind(loaded, Some(source))
+        .await
+        .context("starting the server")?;
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {
@@ -146,12 +148,13 @@ fn run_template(group: &str, dir: PathBuf, output: Output) -> anyhow::Result<()>
             let ids: Vec<&str> = loaded.groups.iter().map(|g| g.id.as_str()).collect();
             format!("node group {group:?} not found; known: {}", ids.join(", "))
         })?;
-    let template = TemplateNode::for_group(spec, &loaded.provider.gpu_label).with_context(|| {
-        format!(
-            "node group {group} has no template node: set capacity in {}",
-            spec.source.display()
-        )
-    })?;
+    let template =
+        TemplateNode::for_group(spec, &loaded.provider.gpu_label).with_context(|| {
+            format!(
+                "node group {group} has no template node: set capacity in {}",
+                spec.source.display()
+            )
+        })?;
     let text = match output {
         Output::Yaml => serde_yaml::to_string(&template).context("encoding YAML")?,
         Output::Json => serde_json::to_string_pretty(&template).context("encoding JSON")? + "\n",

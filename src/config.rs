@@ -29,7 +29,13 @@ pub struct FieldError {
 
 impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}: {}", self.file.display(), self.field, self.message)?;
+        write!(
+            f,
+            "{}: {}: {}",
+            self.file.display(),
+            self.field,
+            self.message
+        )?;
         if let Some(v) = &self.value {
             write!(f, " (got {v})")?;
         }

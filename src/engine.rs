@@ -12,9 +12,7 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, Fingerprint, Loaded};
 use crate::metrics::Metrics;
-use crate::model::{
-    AutoscalingOptions, Instance, NodeGroupId, NodeGroupSpec, TemplateNode,
-};
+use crate::model::{AutoscalingOptions, Instance, NodeGroupId, NodeGroupSpec, TemplateNode};
 use crate::provision::{self, NodeRef, Provisioner};
 
 /// Engine errors; `grpc::status` maps each to one gRPC code.
@@ -169,10 +167,7 @@ impl Engine {
         *last = Some(fingerprint);
         match self.try_reload(source, &current).await {
             Ok(new) => {
-                info!(
-                    node_groups = new.groups.len(),
-                    "configuration reloaded"
-                );
+                info!(node_groups = new.groups.len(), "configuration reloaded");
                 self.config.store(Arc::new(new));
                 self.metrics.config_reload(true);
             }
@@ -183,10 +178,16 @@ impl Engine {
         }
     }
 
-    async fn try_reload(&self, source: &config::Source, current: &Loaded) -> Result<Loaded, String> {
+    async fn try_reload(
+        &self,
+        source: &config::Source,
+        current: &Loaded,
+    ) -> Result<Loaded, String> {
         let new = source.load().map_err(|e| e.to_string())?;
         if new.provider != current.provider {
-            warn!("provider.yaml changed: server, TLS and GPU settings take effect only after a restart");
+            warn!(
+                "provider.yaml changed: server, TLS and GPU settings take effect only after a restart"
+            );
         }
         for old in &current.groups {
             if new.groups.iter().any(|g| g.id == old.id) {
@@ -275,7 +276,10 @@ impl Engine {
                 "node group {id}: delete request names no nodes"
             )));
         }
-        if let Some(n) = nodes.iter().find(|n| n.name.is_empty() && n.provider_id.is_empty()) {
+        if let Some(n) = nodes
+            .iter()
+            .find(|n| n.name.is_empty() && n.provider_id.is_empty())
+        {
             return Err(Error::InvalidRequest(format!(
                 "node group {id}: a node in the delete request has neither name nor providerID ({n:?})"
             )));
@@ -323,7 +327,8 @@ impl Engine {
     pub fn template(&self, id: &str) -> Result<TemplateNode> {
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
-        TemplateNode::for_group(g, &cfg.provider.gpu_label).ok_or_else(|| Error::NoTemplate(g.id.clone()))
+        TemplateNode::for_group(g, &cfg.provider.gpu_label)
+            .ok_or_else(|| Error::NoTemplate(g.id.clone()))
     }
 
     /// The options CA should use for the group: `None` (use your defaults) unless the group
@@ -331,7 +336,11 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::GroupNotFound`].
-    pub fn options(&self, id: &str, defaults: Option<&AutoscalingOptions>) -> Result<Option<AutoscalingOptions>> {
+    pub fn options(
+        &self,
+        id: &str,
+        defaults: Option<&AutoscalingOptions>,
+    ) -> Result<Option<AutoscalingOptions>> {
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
         let Some(overrides) = &g.autoscaling_options else {
@@ -346,11 +355,16 @@ impl Engine {
     /// # Errors
     /// [`Error::NodeNotManaged`], or [`Error::NoPrice`].
     pub async fn node_price(&self, node: &NodeRef, period: Duration) -> Result<f64> {
-        let group = self.node_group_for_node(node).await?.ok_or_else(|| Error::NodeNotManaged {
-            name: node.name.clone(),
-            provider_id: node.provider_id.clone(),
-        })?;
-        let hourly = group.price_per_hour.ok_or_else(|| Error::NoPrice(group.id.clone()))?;
+        let group = self
+            .node_group_for_node(node)
+            .await?
+            .ok_or_else(|| Error::NodeNotManaged {
+                name: node.name.clone(),
+                provider_id: node.provider_id.clone(),
+            })?;
+        let hourly = group
+            .price_per_hour
+            .ok_or_else(|| Error::NoPrice(group.id.clone()))?;
         Ok(hourly * period.as_secs_f64() / 3600.0)
     }
 
@@ -364,12 +378,18 @@ impl Engine {
         self.config.load().gpu_types()
     }
 
-    fn observe<T>(&self, group: &NodeGroupSpec, operation: &'static str, result: &provision::Result<T>) {
+    fn observe<T>(
+        &self,
+        group: &NodeGroupSpec,
+        operation: &'static str,
+        result: &provision::Result<T>,
+    ) {
         let outcome = match result {
             Ok(_) => "ok",
             Err(e) => e.kind(),
         };
-        self.metrics.provision_call(group.backend.kind(), operation, outcome);
+        self.metrics
+            .provision_call(group.backend.kind(), operation, outcome);
     }
 }
 

@@ -2,8 +2,8 @@
 //! `/readyz` (serving gRPC with a valid configuration).
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -36,8 +36,16 @@ impl Endpoints {
             "/readyz" if self.ready.load(Ordering::Acquire) => {
                 (StatusCode::OK, "text/plain", "ready\n".to_owned())
             }
-            "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", "not ready\n".to_owned()),
-            _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".to_owned()),
+            "/readyz" => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                "not ready\n".to_owned(),
+            ),
+            _ => (
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "not found\n".to_owned(),
+            ),
         };
         let mut resp = Response::new(Full::new(Bytes::from(body)));
         *resp.status_mut() = status;

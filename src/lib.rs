@@ -25,6 +25,8 @@ pub mod model;
 pub mod provision;
 pub mod server;
 pub mod telemetry;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 
 /// Code generated from `proto/externalgrpc.proto`.
 pub mod proto {

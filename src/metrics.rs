@@ -119,12 +119,21 @@ impl Metrics {
 
     /// Records one finished RPC.
     pub fn rpc(&self, rpc: &'static str, code: &'static str, seconds: f64) {
-        self.grpc_requests.get_or_create(&RpcLabels { rpc, code }).inc();
-        self.grpc_duration.get_or_create(&RpcMethod { rpc }).observe(seconds);
+        self.grpc_requests
+            .get_or_create(&RpcLabels { rpc, code })
+            .inc();
+        self.grpc_duration
+            .get_or_create(&RpcMethod { rpc })
+            .observe(seconds);
     }
 
     /// Records one provisioning call.
-    pub fn provision_call(&self, backend: &'static str, operation: &'static str, outcome: &'static str) {
+    pub fn provision_call(
+        &self,
+        backend: &'static str,
+        operation: &'static str,
+        outcome: &'static str,
+    ) {
         self.provision_calls
             .get_or_create(&ProvisionLabels {
                 backend,
@@ -137,7 +146,9 @@ impl Metrics {
     /// Records a configuration reload.
     pub fn config_reload(&self, success: bool) {
         let outcome = if success { "success" } else { "failure" };
-        self.config_reloads.get_or_create(&OutcomeLabels { outcome }).inc();
+        self.config_reloads
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
         self.config_valid.set(i64::from(success));
     }
 

@@ -9,7 +9,7 @@ pub mod template;
 
 pub use instance::{ErrorClass, ErrorCode, Instance, InstanceError, InstanceState};
 pub use node_group::{
-    AutoscalingOptionOverrides, AutoscalingOptions, BackendSpec, Capacity, GpuSpec, MemoryBackendSpec,
-    MemoryFailure, NodeGroupId, NodeGroupSpec, RdmaSpec, Taint, TaintEffect,
+    AutoscalingOptionOverrides, AutoscalingOptions, BackendSpec, Capacity, GpuSpec,
+    MemoryBackendSpec, MemoryFailure, NodeGroupId, NodeGroupSpec, RdmaSpec, Taint, TaintEffect,
 };
 pub use template::TemplateNode;

@@ -13,7 +13,9 @@ use crate::model::{Instance, NodeGroupId, NodeGroupSpec};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// Growing by `delta` would pass the group's maximum.
-    #[error("node group {group}: increasing target size {current} by {delta} would exceed max size {max}")]
+    #[error(
+        "node group {group}: increasing target size {current} by {delta} would exceed max size {max}"
+    )]
     AboveMax {
         /// Group.
         group: NodeGroupId,
@@ -25,7 +27,9 @@ pub enum Error {
         max: u32,
     },
     /// Removing capacity would pass the group's minimum.
-    #[error("node group {group}: removing {removing} node(s) from target size {current} would go below min size {min}")]
+    #[error(
+        "node group {group}: removing {removing} node(s) from target size {current} would go below min size {min}"
+    )]
     BelowMin {
         /// Group.
         group: NodeGroupId,
@@ -37,7 +41,9 @@ pub enum Error {
         min: u32,
     },
     /// A node named in a delete request is not an instance of the group.
-    #[error("node group {group}: node {node} (providerID {provider_id:?}) does not belong to this group")]
+    #[error(
+        "node group {group}: node {node} (providerID {provider_id:?}) does not belong to this group"
+    )]
     NotInGroup {
         /// Group.
         group: NodeGroupId,
@@ -47,7 +53,9 @@ pub enum Error {
         provider_id: String,
     },
     /// A target decrease asked to cancel more than the not-yet-created capacity.
-    #[error("node group {group}: cannot decrease target size by {requested}: only {pending} node(s) are requested but not yet created (target {target}); existing nodes must be deleted with NodeGroupDeleteNodes")]
+    #[error(
+        "node group {group}: cannot decrease target size by {requested}: only {pending} node(s) are requested but not yet created (target {target}); existing nodes must be deleted with NodeGroupDeleteNodes"
+    )]
     WouldDeleteExisting {
         /// Group.
         group: NodeGroupId,

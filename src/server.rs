@@ -3,8 +3,8 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -17,8 +17,8 @@ use crate::engine::{self, Engine};
 use crate::grpc::Service;
 use crate::http::Endpoints;
 use crate::metrics::Metrics;
-use crate::provision::memory::MemoryProvisioner;
 use crate::provision::Provisioner;
+use crate::provision::memory::MemoryProvisioner;
 
 /// Server start-up and run errors.
 #[derive(Debug, thiserror::Error)]
@@ -123,11 +123,13 @@ impl Server {
         let engine = Engine::new(loaded, source, provisioners, metrics.clone())
             .await
             .map_err(Error::Engine)?;
-        let grpc = TcpListener::bind(settings.address).await.map_err(|source| Error::Bind {
-            what: "gRPC",
-            addr: settings.address,
-            source,
-        })?;
+        let grpc = TcpListener::bind(settings.address)
+            .await
+            .map_err(|source| Error::Bind {
+                what: "gRPC",
+                addr: settings.address,
+                source,
+            })?;
         let http = TcpListener::bind(settings.metrics_address)
             .await
             .map_err(|source| Error::Bind {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::walk::Errors;
-use super::{validate, Error, FieldError, Loaded, Result};
+use super::{Error, FieldError, Loaded, Result, validate};
 
 /// Name of the provider file inside the configuration directory.
 pub const PROVIDER_FILE: &str = "provider.yaml";
@@ -61,36 +61,53 @@ impl Source {
         let provider_path = self.dir.join(PROVIDER_FILE);
         let doc = self.read_doc(&provider_path, ENV_PREFIX)?;
         let mut errs = Errors::new(&provider_path);
-        let provider = validate::provider(&doc, &self.dir, &mut errs);
+        let (provider, defaults) = validate::provider(&doc, &self.dir, &mut errs);
         let mut all: Vec<FieldError> = errs.list;
-        let Some((provider, defaults)) = provider else {
-            return Err(Error::Invalid(all));
-        };
         let mut groups = Vec::new();
         let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
-        for file in self.group_files(&provider.node_groups_dir)? {
-            let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-            let prefix = format!("{ENV_GROUP_PREFIX}{}", stem.to_uppercase().replace('-', "_"));
+        for file in self.group_files(&defaults.node_groups_dir)? {
+            let stem = file
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default();
+            let prefix = format!(
+                "{ENV_GROUP_PREFIX}{}",
+                stem.to_uppercase().replace('-', "_")
+            );
             let doc = self.read_doc(&file, &prefix)?;
             let mut errs = Errors::new(&file);
             let group = validate::node_group(&doc, &file, &defaults, &mut errs);
-            if let Some(g) = &group {
-                if let Some(first) = seen.insert(g.id.to_string(), file.clone()) {
-                    errs.push(
-                        "id",
-                        Some(&Value::String(g.id.to_string())),
-                        format!("duplicates the id in {}", first.display()),
-                    );
-                }
+            if let Some(g) = &group
+                && let Some(first) = seen.insert(g.id.to_string(), file.clone())
+            {
+                errs.push(
+                    "id",
+                    Some(&Value::String(g.id.to_string())),
+                    format!("duplicates the id in {}", first.display()),
+                );
             }
             all.extend(errs.list);
             groups.extend(group);
         }
-        if !all.is_empty() {
-            return Err(Error::Invalid(all));
+        match provider {
+            Some(provider) if all.is_empty() => {
+                groups.sort_by(|a, b| a.id.cmp(&b.id));
+                Ok(Loaded { provider, groups })
+            }
+            Some(_) => Err(Error::Invalid(all)),
+            None => {
+                if all.is_empty() {
+                    // Defensive: never report "0 invalid settings".
+                    all.push(FieldError {
+                        file: provider_path,
+                        field: "server".to_owned(),
+                        value: None,
+                        message: "is invalid".to_owned(),
+                    });
+                }
+                Err(Error::Invalid(all))
+            }
         }
-        groups.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(Loaded { provider, groups })
     }
 
     /// A digest of the provider file and every node-group file (names and contents).
@@ -101,7 +118,10 @@ impl Source {
         let mut h = DefaultHasher::new();
         let provider = self.dir.join(PROVIDER_FILE);
         for file in std::iter::once(provider).chain(self.group_files(node_groups_dir)?) {
-            let bytes = std::fs::read(&file).map_err(|source| Error::Read { path: file.clone(), source })?;
+            let bytes = std::fs::read(&file).map_err(|source| Error::Read {
+                path: file.clone(),
+                source,
+            })?;
             file.hash(&mut h);
             bytes.hash(&mut h);
         }
@@ -120,7 +140,10 @@ impl Source {
                 source,
             })?;
             let path = entry.path();
-            let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+            let is_yaml = matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml")
+            );
             if is_yaml && path.is_file() {
                 files.push(path);
             }

@@ -11,13 +11,15 @@ use serde_json::Value;
 use super::walk::{Errors, Obj};
 use super::{ProviderSettings, ServerSettings, TlsFiles, Transport};
 use crate::model::{
-    labels, AutoscalingOptionOverrides, BackendSpec, Capacity, ErrorCode, GpuSpec,
-    MemoryBackendSpec, MemoryFailure, NodeGroupId, NodeGroupSpec, RdmaSpec, Taint, TaintEffect,
+    AutoscalingOptionOverrides, BackendSpec, Capacity, ErrorCode, GpuSpec, MemoryBackendSpec,
+    MemoryFailure, NodeGroupId, NodeGroupSpec, RdmaSpec, Taint, TaintEffect, labels,
 };
 
 /// Defaults from the provider file that node groups inherit.
 #[derive(Debug, Clone)]
 pub struct GroupDefaults {
+    pub node_groups_dir: PathBuf,
+    pub gpu_label: String,
     pub os: String,
     pub arch: String,
     pub gpu_resource: String,
@@ -31,10 +33,18 @@ const DEFAULT_ADDRESS: &str = "127.0.0.1:8086";
 const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9464";
 
 /// Validates the provider document. `dir` is the directory relative paths resolve against.
-pub fn provider(doc: &Value, dir: &Path, errs: &mut Errors) -> Option<(ProviderSettings, GroupDefaults)> {
-    let mut root = Obj::root(doc, errs)?;
-    let server = root.obj("server", errs);
-    let server = server.and_then(|s| server_settings(s, dir, errs));
+///
+/// The defaults are returned even when the server settings are invalid, so that node-group
+/// files can still be checked and every error reported in one pass.
+pub fn provider(
+    doc: &Value,
+    dir: &Path,
+    errs: &mut Errors,
+) -> (Option<ProviderSettings>, GroupDefaults) {
+    let mut root = Obj::root_or_empty(doc, errs);
+    // A missing server section is validated as an empty one, so its requirements are named.
+    let server = root.obj_or_empty("server", errs);
+    let server = server_settings(server, dir, errs);
     let mut gpu_label = labels::DEFAULT_GPU_LABEL.to_owned();
     let mut gpu_types = None;
     if let Some(mut gpu) = root.obj("gpu", errs) {
@@ -50,15 +60,24 @@ pub fn provider(doc: &Value, dir: &Path, errs: &mut Errors) -> Option<(ProviderS
             for (i, t) in types.iter().enumerate() {
                 match t {
                     Value::String(s) if !s.is_empty() => out.push(s.clone()),
-                    other => errs.push(&format!("gpu.types[{i}]"), Some(other), "must be a non-empty string"),
+                    other => errs.push(
+                        &format!("gpu.types[{i}]"),
+                        Some(other),
+                        "must be a non-empty string",
+                    ),
                 }
             }
             gpu_types = Some(out);
         }
         gpu.finish(errs);
     }
-    let node_groups_dir = dir.join(root.string("nodeGroupsDir", errs).unwrap_or_else(|| "nodegroups".to_owned()));
+    let node_groups_dir = dir.join(
+        root.string("nodeGroupsDir", errs)
+            .unwrap_or_else(|| "nodegroups".to_owned()),
+    );
     let mut defaults = GroupDefaults {
+        node_groups_dir: node_groups_dir.clone(),
+        gpu_label: gpu_label.clone(),
         os: "linux".to_owned(),
         arch: "amd64".to_owned(),
         gpu_resource: labels::DEFAULT_GPU_RESOURCE.to_owned(),
@@ -74,7 +93,10 @@ pub fn provider(doc: &Value, dir: &Path, errs: &mut Errors) -> Option<(ProviderS
         }
         for (key, slot) in [
             ("gpuResource", &mut defaults.gpu_resource),
-            ("rdmaBandwidthResource", &mut defaults.rdma_bandwidth_resource),
+            (
+                "rdmaBandwidthResource",
+                &mut defaults.rdma_bandwidth_resource,
+            ),
         ] {
             if let Some(name) = d.string(key, errs) {
                 if let Err(e) = check_resource_name(&name) {
@@ -91,16 +113,13 @@ pub fn provider(doc: &Value, dir: &Path, errs: &mut Errors) -> Option<(ProviderS
         d.finish(errs);
     }
     root.finish(errs);
-    let server = server?;
-    Some((
-        ProviderSettings {
-            server,
-            gpu_label,
-            gpu_types,
-            node_groups_dir,
-        },
-        defaults,
-    ))
+    let settings = server.map(|server| ProviderSettings {
+        server,
+        gpu_label,
+        gpu_types,
+        node_groups_dir,
+    });
+    (settings, defaults)
 }
 
 fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<ServerSettings> {
@@ -113,7 +132,11 @@ fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<Serv
             let p = t.required_string(key, errs)?;
             let path = dir.join(&p);
             if !path.is_file() {
-                errs.push(&t.path(key), Some(&Value::String(p)), format!("file {} does not exist", path.display()));
+                errs.push(
+                    &t.path(key),
+                    Some(&Value::String(p)),
+                    format!("file {} does not exist", path.display()),
+                );
                 return None;
             }
             Some(path)
@@ -129,12 +152,16 @@ fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<Serv
         })
     });
     let had_tls = s.path("tls");
-    let tls_given = tls.is_some();
+    let tls_given = s.has("tls");
     s.finish(errs);
     let address = address?;
     let transport = match (tls, plaintext) {
         (Some(_), true) => {
-            errs.push("server.plaintext", Some(&Value::Bool(true)), "cannot be combined with server.tls");
+            errs.push(
+                "server.plaintext",
+                Some(&Value::Bool(true)),
+                "cannot be combined with server.tls",
+            );
             return None;
         }
         (Some(files), false) => Transport::Tls(files),
@@ -148,7 +175,9 @@ fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<Serv
                 );
                 return None;
             }
-            Transport::Plaintext { non_loopback: !loopback }
+            Transport::Plaintext {
+                non_loopback: !loopback,
+            }
         }
         (None, false) => {
             if !tls_given {
@@ -168,26 +197,43 @@ fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<Serv
     })
 }
 
-fn socket_addr(o: &mut Obj<'_>, key: &'static str, default: &str, errs: &mut Errors) -> Option<SocketAddr> {
+fn socket_addr(
+    o: &mut Obj<'_>,
+    key: &'static str,
+    default: &str,
+    errs: &mut Errors,
+) -> Option<SocketAddr> {
     let text = o.string(key, errs).unwrap_or_else(|| default.to_owned());
     match text.parse() {
         Ok(a) => Some(a),
         Err(_) => {
-            errs.push(&o.path(key), Some(&Value::String(text)), "must be an IP:port address such as 127.0.0.1:8086");
+            errs.push(
+                &o.path(key),
+                Some(&Value::String(text)),
+                "must be an IP:port address such as 127.0.0.1:8086",
+            );
             None
         }
     }
 }
 
 /// Validates one node-group document read from `file`.
-pub fn node_group(doc: &Value, file: &Path, defaults: &GroupDefaults, errs: &mut Errors) -> Option<NodeGroupSpec> {
+pub fn node_group(
+    doc: &Value,
+    file: &Path,
+    defaults: &GroupDefaults,
+    errs: &mut Errors,
+) -> Option<NodeGroupSpec> {
     let mut g = Obj::root(doc, errs)?;
     let id = g.required_string("id", errs);
     if let Some(id) = &id {
         if let Err(e) = check_dns_label(id) {
             errs.push("id", Some(&Value::String(id.clone())), e);
         }
-        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        let stem = file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
         if stem != id {
             errs.push(
                 "id",
@@ -203,30 +249,65 @@ pub fn node_group(doc: &Value, file: &Path, defaults: &GroupDefaults, errs: &mut
             g.missing(key, errs);
         }
     }
-    if let (Some(min), Some(max)) = (min_size, max_size) {
-        if min > max {
-            errs.push("minSize", doc.get("minSize"), format!("must not exceed maxSize ({max})"));
-        }
+    if let (Some(min), Some(max)) = (min_size, max_size)
+        && min > max
+    {
+        errs.push(
+            "minSize",
+            doc.get("minSize"),
+            format!("must not exceed maxSize ({max})"),
+        );
     }
     let instance_type = g.required_string("instanceType", errs);
     let region = g.required_string("region", errs);
     let zone = g.required_string("zone", errs);
     let os = g.string("os", errs).unwrap_or_else(|| defaults.os.clone());
-    let arch = g.string("arch", errs).unwrap_or_else(|| defaults.arch.clone());
-    let capacity = g.obj("capacity", errs).and_then(|c| parse_capacity(c, true, errs));
-    let reserved = g.obj("reserved", errs).and_then(|c| parse_capacity(c, false, errs)).unwrap_or_default();
+    let arch = g
+        .string("arch", errs)
+        .unwrap_or_else(|| defaults.arch.clone());
+    let capacity = g
+        .obj("capacity", errs)
+        .and_then(|c| parse_capacity(c, true, errs));
+    let reserved = g
+        .obj("reserved", errs)
+        .and_then(|c| parse_capacity(c, false, errs))
+        .unwrap_or_default();
     if let Some(cap) = &capacity {
-        for (name, r, c) in [
-            ("cpu", reserved.cpu, cap.cpu),
-            ("memory", reserved.memory, cap.memory),
-            ("ephemeralStorage", reserved.ephemeral_storage, cap.ephemeral_storage),
-        ] {
-            if r > c {
-                errs.push(&format!("reserved.{name}"), None, format!("exceeds capacity.{name} ({} > {})", r.to_binary_string(), c.to_binary_string()));
+        let written = |key: &str| doc.get("reserved").and_then(|r| r.get(key));
+        let checks = [
+            (
+                "cpu",
+                reserved.cpu > cap.cpu,
+                reserved.cpu.to_decimal_string(),
+                cap.cpu.to_decimal_string(),
+            ),
+            (
+                "memory",
+                reserved.memory > cap.memory,
+                reserved.memory.to_binary_string(),
+                cap.memory.to_binary_string(),
+            ),
+            (
+                "ephemeralStorage",
+                reserved.ephemeral_storage > cap.ephemeral_storage,
+                reserved.ephemeral_storage.to_binary_string(),
+                cap.ephemeral_storage.to_binary_string(),
+            ),
+            (
+                "pods",
+                reserved.pods > cap.pods,
+                reserved.pods.to_string(),
+                cap.pods.to_string(),
+            ),
+        ];
+        for (name, exceeds, r, c) in checks {
+            if exceeds {
+                errs.push(
+                    &format!("reserved.{name}"),
+                    written(name),
+                    format!("exceeds capacity.{name} ({r} > {c})"),
+                );
             }
-        }
-        if reserved.pods > cap.pods {
-            errs.push("reserved.pods", None, format!("exceeds capacity.pods ({} > {})", reserved.pods, cap.pods));
         }
     } else if g.has("reserved") {
         errs.push("reserved", None, "requires capacity");
@@ -237,17 +318,25 @@ pub fn node_group(doc: &Value, file: &Path, defaults: &GroupDefaults, errs: &mut
     for (driver, v) in g.map("csi", errs) {
         let path = format!("csi.{driver}");
         if let Err(e) = check_dns_subdomain(&driver) {
-            errs.push(&path, Some(&Value::String(driver.clone())), format!("driver name {e}"));
+            errs.push(
+                &path,
+                Some(&Value::String(driver.clone())),
+                format!("driver name {e}"),
+            );
         }
         match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
             Some(n) if n >= 1 => {
                 csi.insert(driver, n);
             }
-            _ => errs.push(&path, Some(v), "must be a whole number of attachable volumes, at least 1"),
+            _ => errs.push(
+                &path,
+                Some(v),
+                "must be a whole number of attachable volumes, at least 1",
+            ),
         }
     }
-    let labels = label_map(&mut g, "labels", errs);
-    let topology = label_map(&mut g, "topology", errs);
+    let labels = label_map(&mut g, "labels", &defaults.gpu_label, errs);
+    let topology = label_map(&mut g, "topology", &defaults.gpu_label, errs);
     let mut taints = Vec::new();
     for (i, t) in g.list("taints", errs).into_iter().enumerate() {
         let path = format!("taints[{i}]");
@@ -259,7 +348,8 @@ pub fn node_group(doc: &Value, file: &Path, defaults: &GroupDefaults, errs: &mut
     let backend = match g.obj("backend", errs) {
         Some(b) => backend(b, errs),
         None => match &defaults.backend {
-            Some(v) => Obj::root(v, &mut Errors::new(file)).and_then(|o| backend(o, &mut Errors::new(file))),
+            Some(v) => Obj::root(v, &mut Errors::new(file))
+                .and_then(|o| backend(o, &mut Errors::new(file))),
             None => Some(BackendSpec::Memory(MemoryBackendSpec {
                 create_delay: Duration::ZERO,
                 provision_delay: Duration::ZERO,
@@ -299,7 +389,11 @@ fn parse_capacity(mut c: Obj<'_>, required: bool, errs: &mut Errors) -> Option<C
     let ephemeral_storage = c.quantity("ephemeralStorage", errs);
     let pods = c.int("pods", if required { 1 } else { 0 }, 1_000_000, errs);
     if required {
-        for (key, present) in [("cpu", cpu.is_some()), ("memory", memory.is_some()), ("pods", pods.is_some())] {
+        for (key, present) in [
+            ("cpu", cpu.is_some()),
+            ("memory", memory.is_some()),
+            ("pods", pods.is_some()),
+        ] {
             if !present && !c.has(key) {
                 c.missing(key, errs);
             }
@@ -307,8 +401,16 @@ fn parse_capacity(mut c: Obj<'_>, required: bool, errs: &mut Errors) -> Option<C
     }
     c.finish(errs);
     Some(Capacity {
-        cpu: if required { cpu? } else { cpu.unwrap_or_default() },
-        memory: if required { memory? } else { memory.unwrap_or_default() },
+        cpu: if required {
+            cpu?
+        } else {
+            cpu.unwrap_or_default()
+        },
+        memory: if required {
+            memory?
+        } else {
+            memory.unwrap_or_default()
+        },
         ephemeral_storage: ephemeral_storage.unwrap_or_default(),
         pods: u64::try_from(if required { pods? } else { pods.unwrap_or(0) }).ok()?,
     })
@@ -320,18 +422,28 @@ fn gpu(mut o: Obj<'_>, defaults: &GroupDefaults, errs: &mut Errors) -> Option<Gp
         o.missing("count", errs);
     }
     let product = o.required_string("product", errs);
-    if let Some(p) = &product {
-        if let Err(e) = check_label_value(p) {
-            errs.push(&o.path("product"), Some(&Value::String(p.clone())), format!("must be usable as a label value: {e}"));
-        }
+    if let Some(p) = &product
+        && let Err(e) = check_label_value(p)
+    {
+        errs.push(
+            &o.path("product"),
+            Some(&Value::String(p.clone())),
+            format!("must be usable as a label value: {e}"),
+        );
     }
     let memory = o.quantity("memory", errs);
     if memory.is_none() && !o.has("memory") {
         o.missing("memory", errs);
     }
-    let resource_name = o.string("resourceName", errs).unwrap_or_else(|| defaults.gpu_resource.clone());
+    let resource_name = o
+        .string("resourceName", errs)
+        .unwrap_or_else(|| defaults.gpu_resource.clone());
     if let Err(e) = check_resource_name(&resource_name) {
-        errs.push(&o.path("resourceName"), Some(&Value::String(resource_name.clone())), e);
+        errs.push(
+            &o.path("resourceName"),
+            Some(&Value::String(resource_name.clone())),
+            e,
+        );
     }
     o.finish(errs);
     Some(GpuSpec {
@@ -344,10 +456,10 @@ fn gpu(mut o: Obj<'_>, defaults: &GroupDefaults, errs: &mut Errors) -> Option<Gp
 
 fn rdma(mut o: Obj<'_>, defaults: &GroupDefaults, errs: &mut Errors) -> Option<RdmaSpec> {
     let resource_name = o.required_string("resourceName", errs);
-    if let Some(r) = &resource_name {
-        if let Err(e) = check_resource_name(r) {
-            errs.push(&o.path("resourceName"), Some(&Value::String(r.clone())), e);
-        }
+    if let Some(r) = &resource_name
+        && let Err(e) = check_resource_name(r)
+    {
+        errs.push(&o.path("resourceName"), Some(&Value::String(r.clone())), e);
     }
     let devices = o.int("devices", 1, 1024, errs);
     if devices.is_none() && !o.has("devices") {
@@ -361,7 +473,11 @@ fn rdma(mut o: Obj<'_>, defaults: &GroupDefaults, errs: &mut Errors) -> Option<R
         .string("bandwidthResourceName", errs)
         .unwrap_or_else(|| defaults.rdma_bandwidth_resource.clone());
     if let Err(e) = check_resource_name(&bandwidth_resource_name) {
-        errs.push(&o.path("bandwidthResourceName"), Some(&Value::String(bandwidth_resource_name.clone())), e);
+        errs.push(
+            &o.path("bandwidthResourceName"),
+            Some(&Value::String(bandwidth_resource_name.clone())),
+            e,
+        );
     }
     o.finish(errs);
     Some(RdmaSpec {
@@ -374,10 +490,10 @@ fn rdma(mut o: Obj<'_>, defaults: &GroupDefaults, errs: &mut Errors) -> Option<R
 
 fn taint(mut o: Obj<'_>, errs: &mut Errors) -> Option<Taint> {
     let key = o.required_string("key", errs);
-    if let Some(k) = &key {
-        if let Err(e) = check_label_key(k) {
-            errs.push(&o.path("key"), Some(&Value::String(k.clone())), e);
-        }
+    if let Some(k) = &key
+        && let Err(e) = check_label_key(k)
+    {
+        errs.push(&o.path("key"), Some(&Value::String(k.clone())), e);
     }
     let value = o.string("value", errs).unwrap_or_default();
     if let Err(e) = check_label_value(&value) {
@@ -386,7 +502,11 @@ fn taint(mut o: Obj<'_>, errs: &mut Errors) -> Option<Taint> {
     let effect = o.required_string("effect", errs).and_then(|e| {
         let parsed = TaintEffect::parse(&e);
         if parsed.is_none() {
-            errs.push(&o.path("effect"), Some(&Value::String(e)), "must be NoSchedule, PreferNoSchedule or NoExecute");
+            errs.push(
+                &o.path("effect"),
+                Some(&Value::String(e)),
+                "must be NoSchedule, PreferNoSchedule or NoExecute",
+            );
         }
         parsed
     });
@@ -399,18 +519,28 @@ fn taint(mut o: Obj<'_>, errs: &mut Errors) -> Option<Taint> {
 }
 
 fn backend(mut o: Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
-    let kind = o.string("type", errs).unwrap_or_else(|| "memory".to_owned());
+    let kind = o
+        .string("type", errs)
+        .unwrap_or_else(|| "memory".to_owned());
     let spec = match kind.as_str() {
         "memory" => {
             let create_delay = o.duration("createDelay", errs).unwrap_or(Duration::ZERO);
             let provision_delay = o.duration("provisionDelay", errs).unwrap_or(Duration::ZERO);
             let failure = o.obj("failure", errs).and_then(|mut f| {
-                let after = f.int("afterInstances", 0, i64::from(u32::MAX), errs).unwrap_or(0);
-                let code = f.string("code", errs).unwrap_or_else(|| "stockout".to_owned());
+                let after = f
+                    .int("afterInstances", 0, i64::from(u32::MAX), errs)
+                    .unwrap_or(0);
+                let code = f
+                    .string("code", errs)
+                    .unwrap_or_else(|| "stockout".to_owned());
                 let parsed = ErrorCode::parse(&code);
                 if parsed.is_none() {
                     let all: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
-                    errs.push(&f.path("code"), Some(&Value::String(code)), format!("must be one of: {}", all.join(", ")));
+                    errs.push(
+                        &f.path("code"),
+                        Some(&Value::String(code)),
+                        format!("must be one of: {}", all.join(", ")),
+                    );
                 }
                 f.finish(errs);
                 Some(MemoryFailure {
@@ -425,7 +555,11 @@ fn backend(mut o: Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
             }))
         }
         other => {
-            errs.push(&o.path("type"), Some(&Value::String(other.to_owned())), "unknown backend; supported: memory");
+            errs.push(
+                &o.path("type"),
+                Some(&Value::String(other.to_owned())),
+                "unknown backend; supported: memory",
+            );
             None
         }
     };
@@ -436,7 +570,12 @@ fn backend(mut o: Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
 fn options(mut o: Obj<'_>, errs: &mut Errors) -> AutoscalingOptionOverrides {
     let out = AutoscalingOptionOverrides {
         scale_down_utilization_threshold: o.float("scaleDownUtilizationThreshold", 0.0, 1.0, errs),
-        scale_down_gpu_utilization_threshold: o.float("scaleDownGpuUtilizationThreshold", 0.0, 1.0, errs),
+        scale_down_gpu_utilization_threshold: o.float(
+            "scaleDownGpuUtilizationThreshold",
+            0.0,
+            1.0,
+            errs,
+        ),
         zero_or_max_node_scaling: o.bool("zeroOrMaxNodeScaling", errs),
         ignore_daemon_sets_utilization: o.bool("ignoreDaemonSetsUtilization", errs),
         scale_down_unneeded_time: o.duration("scaleDownUnneededTime", errs),
@@ -461,15 +600,28 @@ const DERIVED_LABELS: [&str; 10] = [
     labels::NODE_GROUP,
 ];
 
-fn label_map(g: &mut Obj<'_>, key: &'static str, errs: &mut Errors) -> BTreeMap<String, String> {
+fn label_map(
+    g: &mut Obj<'_>,
+    key: &'static str,
+    gpu_label: &str,
+    errs: &mut Errors,
+) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (k, v) in g.map(key, errs) {
         let path = format!("{key}.{k}");
         if let Err(e) = check_label_key(&k) {
-            errs.push(&path, Some(&Value::String(k.clone())), format!("label key {e}"));
+            errs.push(
+                &path,
+                Some(&Value::String(k.clone())),
+                format!("label key {e}"),
+            );
         }
-        if DERIVED_LABELS.contains(&k.as_str()) {
-            errs.push(&path, Some(v), "is set by gangscaler from the group's own fields; set that field instead");
+        if DERIVED_LABELS.contains(&k.as_str()) || k == gpu_label {
+            errs.push(
+                &path,
+                Some(v),
+                "is set by gangscaler from the group's own fields; set that field instead",
+            );
         }
         let value = match v {
             Value::String(s) => s.clone(),
@@ -491,7 +643,8 @@ fn label_map(g: &mut Obj<'_>, key: &'static str, errs: &mut Errors) -> BTreeMap<
 fn check_dns_label(s: &str) -> Result<(), String> {
     let ok = !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-');
     if ok {
@@ -507,11 +660,15 @@ fn check_dns_subdomain(s: &str) -> Result<(), String> {
     }
     for part in s.split('.') {
         let ok = !part.is_empty()
-            && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !part.starts_with('-')
             && !part.ends_with('-');
         if !ok {
-            return Err("must be a DNS subdomain (lowercase letters, digits, '-' and '.')".to_owned());
+            return Err(
+                "must be a DNS subdomain (lowercase letters, digits, '-' and '.')".to_owned(),
+            );
         }
     }
     Ok(())
@@ -520,13 +677,17 @@ fn check_dns_subdomain(s: &str) -> Result<(), String> {
 fn check_name_part(s: &str) -> Result<(), String> {
     let ok = !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && s.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
         && s.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric);
     if ok {
         Ok(())
     } else {
-        Err("name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric".to_owned())
+        Err(
+            "name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
+                .to_owned(),
+        )
     }
 }
 
@@ -544,7 +705,10 @@ fn check_label_value(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Ok(());
     }
-    check_name_part(s).map_err(|_| "must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric".to_owned())
+    check_name_part(s).map_err(|_| {
+        "must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
+            .to_owned()
+    })
 }
 
 fn check_resource_name(s: &str) -> Result<(), String> {

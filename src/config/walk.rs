@@ -28,14 +28,18 @@ impl Errors {
     pub fn push(&mut self, field: &str, value: Option<&Value>, message: impl Into<String>) {
         self.list.push(FieldError {
             file: self.file.clone(),
-            field: if field.is_empty() { "(document)".to_owned() } else { field.to_owned() },
+            field: if field.is_empty() {
+                "(document)".to_owned()
+            } else {
+                field.to_owned()
+            },
             value: value.map(render),
             message: message.into(),
         });
     }
 }
 
-/// Renders a value the way the user wrote it (strings unquoted).
+/// Renders a value for a message: strings quoted, so empty and space-padded values show.
 pub fn render(v: &Value) -> String {
     match v {
         Value::String(s) => format!("{s:?}"),
@@ -62,6 +66,26 @@ impl<'a> Obj<'a> {
     /// The document root, or an error if the root is not a mapping.
     pub fn root(v: &'a Value, errs: &mut Errors) -> Option<Self> {
         Self::at(String::new(), v, errs)
+    }
+
+    /// The document root; a non-mapping root is reported and read as an empty mapping.
+    pub fn root_or_empty(v: &'a Value, errs: &mut Errors) -> Obj<'a> {
+        Self::root(v, errs).unwrap_or_else(|| Self::empty(String::new()))
+    }
+
+    /// A nested mapping; absent or invalid (reported) reads as an empty mapping.
+    pub fn obj_or_empty(&mut self, key: &'static str, errs: &mut Errors) -> Obj<'a> {
+        let path = self.path(key);
+        self.obj(key, errs).unwrap_or_else(|| Self::empty(path))
+    }
+
+    fn empty(path: String) -> Obj<'a> {
+        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+        Obj {
+            path,
+            map: EMPTY.get_or_init(Map::new),
+            seen: BTreeSet::new(),
+        }
     }
 
     fn at(path: String, v: &'a Value, errs: &mut Errors) -> Option<Self> {
@@ -113,6 +137,9 @@ impl<'a> Obj<'a> {
         let v = self.get(key)?;
         match v {
             Value::String(s) => Some(s.clone()),
+            // Environment overrides parse `1` or `true`; a YAML scalar is meant as text here.
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(b.to_string()),
             other => {
                 errs.push(&self.path(key), Some(other), "must be a string");
                 None
@@ -124,7 +151,11 @@ impl<'a> Obj<'a> {
     pub fn required_string(&mut self, key: &'static str, errs: &mut Errors) -> Option<String> {
         match self.string(key, errs) {
             Some(s) if s.trim().is_empty() => {
-                errs.push(&self.path(key), Some(&Value::String(s)), "must not be empty");
+                errs.push(
+                    &self.path(key),
+                    Some(&Value::String(s)),
+                    "must not be empty",
+                );
                 None
             }
             Some(s) => Some(s),
@@ -177,7 +208,13 @@ impl<'a> Obj<'a> {
     }
 
     /// A finite number in `[min, max]`.
-    pub fn float(&mut self, key: &'static str, min: f64, max: f64, errs: &mut Errors) -> Option<f64> {
+    pub fn float(
+        &mut self,
+        key: &'static str,
+        min: f64,
+        max: f64,
+        errs: &mut Errors,
+    ) -> Option<f64> {
         let v = self.get(key)?;
         let n = match v {
             Value::Number(n) => n.as_f64(),
@@ -204,14 +241,22 @@ impl<'a> Obj<'a> {
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),
             other => {
-                errs.push(&self.path(key), Some(other), "must be a quantity such as \"16Gi\" or \"500m\"");
+                errs.push(
+                    &self.path(key),
+                    Some(other),
+                    "must be a quantity such as \"16Gi\" or \"500m\"",
+                );
                 return None;
             }
         };
         match Quantity::parse(&text) {
             Ok(q) => Some(q),
             Err(e) => {
-                errs.push(&self.path(key), Some(v), format!("is not a valid quantity: {e}"));
+                errs.push(
+                    &self.path(key),
+                    Some(v),
+                    format!("is not a valid quantity: {e}"),
+                );
                 None
             }
         }

@@ -69,7 +69,14 @@ pub fn instance(i: &Instance) -> proto::Instance {
 pub fn template_node(t: &TemplateNode) -> core::Node {
     let quantities = |m: &std::collections::BTreeMap<String, String>| {
         m.iter()
-            .map(|(k, v)| (k.clone(), PbQuantity { string: Some(v.clone()) }))
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    PbQuantity {
+                        string: Some(v.clone()),
+                    },
+                )
+            })
             .collect()
     };
     core::Node {
@@ -123,16 +130,23 @@ pub fn template_response(t: &TemplateNode) -> proto::NodeGroupTemplateNodeInfoRe
     }
 }
 
-fn duration_in(new: Option<&prost_types::Duration>, legacy: Option<&proto::LegacyDuration>) -> Option<Duration> {
+fn duration_in(
+    new: Option<&prost_types::Duration>,
+    legacy: Option<&proto::LegacyDuration>,
+) -> Option<Duration> {
     if let Some(d) = new {
         let secs = u64::try_from(d.seconds).ok()?;
         let nanos = u32::try_from(d.nanos).ok()?;
         return Some(Duration::new(secs, nanos));
     }
-    legacy.and_then(|d| u64::try_from(d.duration).ok()).map(Duration::from_nanos)
+    legacy
+        .and_then(|d| u64::try_from(d.duration).ok())
+        .map(Duration::from_nanos)
 }
 
-fn duration_out(d: Option<Duration>) -> (Option<prost_types::Duration>, Option<proto::LegacyDuration>) {
+fn duration_out(
+    d: Option<Duration>,
+) -> (Option<prost_types::Duration>, Option<proto::LegacyDuration>) {
     match d {
         None => (None, None),
         Some(d) => (
@@ -193,7 +207,10 @@ pub fn options_out(o: &AutoscalingOptions) -> proto::NodeGroupAutoscalingOptions
     }
 }
 
-fn instant(new: Option<&prost_types::Timestamp>, legacy: Option<&proto::LegacyTime>) -> Option<(i64, i32)> {
+fn instant(
+    new: Option<&prost_types::Timestamp>,
+    legacy: Option<&proto::LegacyTime>,
+) -> Option<(i64, i32)> {
     new.map(|t| (t.seconds, t.nanos))
         .or_else(|| legacy.map(|t| (t.seconds, t.nanos)))
 }
@@ -221,8 +238,124 @@ pub fn pricing_period(
             e.0, s.0
         )));
     }
-    let span = u64::try_from(span).map_err(|_| {
-        Error::InvalidRequest("pricing period is too long".to_owned())
-    })?;
+    let span = u64::try_from(span)
+        .map_err(|_| Error::InvalidRequest("pricing period is too long".to_owned()))?;
     Ok(Duration::from_nanos(span))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ErrorCode, InstanceError};
+
+    fn secs(s: u64) -> Option<Duration> {
+        Some(Duration::from_secs(s))
+    }
+
+    #[test]
+    fn options_are_written_to_new_and_legacy_fields_alike() {
+        let o = AutoscalingOptions {
+            scale_down_utilization_threshold: 0.3,
+            scale_down_unneeded_time: secs(1200),
+            scale_down_unready_time: secs(60),
+            max_node_provision_time: Some(Duration::from_millis(1500)),
+            ..AutoscalingOptions::default()
+        };
+        let wire = options_out(&o);
+        assert_eq!(
+            wire.scale_down_unneeded_duration,
+            Some(prost_types::Duration {
+                seconds: 1200,
+                nanos: 0
+            })
+        );
+        assert_eq!(
+            wire.scale_down_unneeded_time,
+            Some(proto::LegacyDuration {
+                duration: 1_200_000_000_000
+            })
+        );
+        assert_eq!(
+            wire.max_node_provision_time,
+            Some(proto::LegacyDuration {
+                duration: 1_500_000_000
+            })
+        );
+        assert_eq!(
+            wire.max_node_provision_duration,
+            Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 500_000_000
+            })
+        );
+        assert_eq!(options_in(&wire), o);
+    }
+
+    #[test]
+    fn option_durations_fall_back_to_legacy_fields() {
+        let wire = proto::NodeGroupAutoscalingOptions {
+            scale_down_unneeded_time: Some(proto::LegacyDuration {
+                duration: 600_000_000_000,
+            }),
+            scale_down_unready_duration: Some(prost_types::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+            scale_down_unready_time: Some(proto::LegacyDuration { duration: 1 }),
+            ..Default::default()
+        };
+        let o = options_in(&wire);
+        assert_eq!(o.scale_down_unneeded_time, secs(600));
+        // The new field wins when both are present.
+        assert_eq!(o.scale_down_unready_time, secs(5));
+        assert_eq!(o.max_node_provision_time, None);
+    }
+
+    #[test]
+    fn pricing_period_prefers_new_timestamps_and_rejects_reversed_ones() {
+        let ts = |s| prost_types::Timestamp {
+            seconds: s,
+            nanos: 0,
+        };
+        let legacy = |s| proto::LegacyTime {
+            seconds: s,
+            nanos: 0,
+        };
+        let p = pricing_period(Some(&ts(100)), Some(&legacy(0)), Some(&ts(3700)), None).unwrap();
+        assert_eq!(p, Duration::from_secs(3600));
+        let p = pricing_period(None, Some(&legacy(0)), None, Some(&legacy(7200))).unwrap();
+        assert_eq!(p, Duration::from_secs(7200));
+        assert!(matches!(
+            pricing_period(Some(&ts(10)), None, Some(&ts(5)), None),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            pricing_period(None, None, Some(&ts(5)), None),
+            Err(Error::InvalidRequest(_))
+        ));
+    }
+
+    #[test]
+    fn failed_instances_are_creating_with_error_info_and_class() {
+        let i = Instance {
+            id: "x://1".into(),
+            node_name: "1".into(),
+            state: InstanceState::Running,
+            error: Some(InstanceError {
+                code: ErrorCode::QuotaExceeded,
+                message: "quota".into(),
+            }),
+        };
+        let wire = instance(&i);
+        let status = wire.status.unwrap();
+        assert_eq!(
+            status.instance_state,
+            proto::instance_status::InstanceState::InstanceCreating as i32
+        );
+        let info = status.error_info.unwrap();
+        assert_eq!(info.error_code, "quotaExceeded");
+        assert_eq!(info.instance_error_class, 1);
+        let ok = instance(&Instance { error: None, ..i });
+        assert_eq!(ok.status.unwrap().error_info, None);
+    }
 }

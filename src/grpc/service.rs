@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tonic::{Code, Request, Response, Status};
-use tracing::{debug, error, info, info_span, Instrument};
+use tracing::{Instrument, debug, error, info, info_span};
 
 use super::{convert, status};
 use crate::engine::{self, Engine};
@@ -32,7 +32,12 @@ impl Service {
         proto::cloud_provider_server::CloudProviderServer::new(self)
     }
 
-    async fn call<T, F>(&self, rpc: &'static str, group: &str, fut: F) -> Result<Response<T>, Status>
+    async fn call<T, F>(
+        &self,
+        rpc: &'static str,
+        group: &str,
+        fut: F,
+    ) -> Result<Response<T>, Status>
     where
         F: Future<Output = engine::Result<T>>,
     {
@@ -50,14 +55,20 @@ impl Service {
         match &result {
             Ok(_) => debug!(parent: &span, outcome = code_name, duration_us, "rpc served"),
             Err(e) => match code {
-                Code::Unimplemented => debug!(parent: &span, outcome = code_name, duration_us, error = %e, "rpc refused"),
+                Code::Unimplemented => {
+                    debug!(parent: &span, outcome = code_name, duration_us, error = %e, "rpc refused")
+                }
                 Code::Internal | Code::Unavailable => {
                     error!(parent: &span, outcome = code_name, duration_us, error = %e, "rpc failed");
                 }
-                _ => info!(parent: &span, outcome = code_name, duration_us, error = %e, "rpc refused"),
+                _ => {
+                    info!(parent: &span, outcome = code_name, duration_us, error = %e, "rpc refused")
+                }
             },
         }
-        result.map(Response::new).map_err(|e| status::from_engine(&e))
+        result
+            .map(Response::new)
+            .map_err(|e| status::from_engine(&e))
     }
 }
 

@@ -75,19 +75,41 @@ mod tests {
             (Error::NoPrice(g()), Code::Unimplemented),
             (Error::Unsupported("PricingPodPrice"), Code::Unimplemented),
             (
-                provision::Error::AboveMax { group: g(), current: 3, delta: 2, max: 4 }.into(),
+                provision::Error::AboveMax {
+                    group: g(),
+                    current: 3,
+                    delta: 2,
+                    max: 4,
+                }
+                .into(),
                 Code::FailedPrecondition,
             ),
             (
-                provision::Error::BelowMin { group: g(), current: 1, removing: 1, min: 1 }.into(),
+                provision::Error::BelowMin {
+                    group: g(),
+                    current: 1,
+                    removing: 1,
+                    min: 1,
+                }
+                .into(),
                 Code::FailedPrecondition,
             ),
             (
-                provision::Error::NotInGroup { group: g(), node: "n".into(), provider_id: String::new() }.into(),
+                provision::Error::NotInGroup {
+                    group: g(),
+                    node: "n".into(),
+                    provider_id: String::new(),
+                }
+                .into(),
                 Code::InvalidArgument,
             ),
             (
-                provision::Error::Backend { group: g(), backend: "memory", message: "down".into() }.into(),
+                provision::Error::Backend {
+                    group: g(),
+                    backend: "memory",
+                    message: "down".into(),
+                }
+                .into(),
                 Code::Unavailable,
             ),
         ];
@@ -98,7 +120,13 @@ mod tests {
 
     #[test]
     fn past_max_message_names_group_and_numbers() {
-        let e: Error = provision::Error::AboveMax { group: NodeGroupId::new("h100"), current: 3, delta: 2, max: 4 }.into();
+        let e: Error = provision::Error::AboveMax {
+            group: NodeGroupId::new("h100"),
+            current: 3,
+            delta: 2,
+            max: 4,
+        }
+        .into();
         let msg = from_engine(&e).message().to_owned();
         for needle in ["h100", "3", "2", "4"] {
             assert!(msg.contains(needle), "{msg:?} lacks {needle}");

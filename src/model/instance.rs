@@ -48,7 +48,11 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for validation messages.
-    pub const ALL: [Self; 3] = [Self::Stockout, Self::QuotaExceeded, Self::ProvisioningFailed];
+    pub const ALL: [Self; 3] = [
+        Self::Stockout,
+        Self::QuotaExceeded,
+        Self::ProvisioningFailed,
+    ];
 
     /// The wire spelling.
     pub fn as_str(self) -> &'static str {

@@ -239,7 +239,10 @@ impl NodeGroupSpec {
             s.push_str(&format!(", {}x {}", gpu.count, gpu.product));
         }
         if let Some(rdma) = &self.rdma {
-            s.push_str(&format!(", rdma {}x {} Gbit/s", rdma.devices, rdma.bandwidth_gbps));
+            s.push_str(&format!(
+                ", rdma {}x {} Gbit/s",
+                rdma.devices, rdma.bandwidth_gbps
+            ));
         }
         s.push_str(&format!(", backend {}", self.backend.kind()));
         s

@@ -47,7 +47,7 @@ impl Quantity {
 
     /// Whether the value is a whole number of units.
     pub fn is_whole(self) -> bool {
-        self.milli % 1000 == 0
+        self.milli.is_multiple_of(1000)
     }
 
     /// Parses a Kubernetes quantity string.
@@ -141,9 +141,16 @@ impl Quantity {
             return self.to_decimal_string();
         }
         let bytes = self.milli / 1000;
-        for (suffix, shift) in [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        for (suffix, shift) in [
+            ("Ei", 60),
+            ("Pi", 50),
+            ("Ti", 40),
+            ("Gi", 30),
+            ("Mi", 20),
+            ("Ki", 10),
+        ] {
             let unit = 1u128 << shift;
-            if bytes >= unit && bytes % unit == 0 {
+            if bytes >= unit && bytes.is_multiple_of(unit) {
                 return format!("{}{suffix}", bytes / unit);
             }
         }
@@ -152,7 +159,9 @@ impl Quantity {
 
     /// `self - other`, or `None` if `other` is larger.
     pub fn checked_sub(self, other: Self) -> Option<Self> {
-        self.milli.checked_sub(other.milli).map(|milli| Self { milli })
+        self.milli
+            .checked_sub(other.milli)
+            .map(|milli| Self { milli })
     }
 }
 
@@ -197,7 +206,17 @@ mod tests {
 
     #[test]
     fn rejects_malformed_negative_and_unknown_suffixes() {
-        for bad in ["", "-1", "abc", "1.2.3", "12Qi", "1e", ".", "Gi", "1e99999999999"] {
+        for bad in [
+            "",
+            "-1",
+            "abc",
+            "1.2.3",
+            "12Qi",
+            "1e",
+            ".",
+            "Gi",
+            "1e99999999999",
+        ] {
             assert!(Quantity::parse(bad).is_err(), "{bad:?} should be rejected");
         }
     }

@@ -85,7 +85,10 @@ impl TemplateNode {
     pub fn for_group(group: &NodeGroupSpec, gpu_label: &str) -> Option<Self> {
         let capacity = group.capacity?;
         let allocatable = Capacity {
-            cpu: capacity.cpu.checked_sub(group.reserved.cpu).unwrap_or_default(),
+            cpu: capacity
+                .cpu
+                .checked_sub(group.reserved.cpu)
+                .unwrap_or_default(),
             memory: capacity
                 .memory
                 .checked_sub(group.reserved.memory)
@@ -101,7 +104,10 @@ impl TemplateNode {
         let mut annotations = BTreeMap::new();
         node_labels.insert(labels::OS.to_owned(), group.os.clone());
         node_labels.insert(labels::ARCH.to_owned(), group.arch.clone());
-        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), group.instance_type.clone());
+        node_labels.insert(
+            labels::INSTANCE_TYPE.to_owned(),
+            group.instance_type.clone(),
+        );
         node_labels.insert(labels::ZONE.to_owned(), group.zone.clone());
         node_labels.insert(labels::REGION.to_owned(), group.region.clone());
         node_labels.insert(labels::NODE_GROUP.to_owned(), group.id.to_string());
@@ -170,7 +176,10 @@ fn resource_list(c: &Capacity, extended: &BTreeMap<String, u64>) -> BTreeMap<Str
         "ephemeral-storage".to_owned(),
         c.ephemeral_storage.to_binary_string(),
     );
-    out.insert("pods".to_owned(), Quantity::from_units(c.pods).to_decimal_string());
+    out.insert(
+        "pods".to_owned(),
+        Quantity::from_units(c.pods).to_decimal_string(),
+    );
     for (name, count) in extended {
         out.insert(name.clone(), count.to_string());
     }

@@ -679,32 +679,41 @@ func TestNodeGroupDeleteNodes(t *testing.T) {
 	})
 
 	t.Run("stockmin errored instance at minSize", func(t *testing.T) {
+		// The instances gangscaler starts a group with (minSize) are healthy; failure
+		// injection applies to instances created later. So: scale up once (that instance
+		// fails), delete the healthy one (target == minSize), then the errored one.
 		const id = "stockmin"
 		minSize := fixtureGroups[id][0]
-		var ins []instance
-		var bad *instance
+		if t0 := mustTarget(t, id); t0 != minSize {
+			t.Fatalf("stockmin target = %d, expected to start at minSize %d", t0, minSize)
+		}
+		mustOK(t, increase(t, id, 1), "IncreaseSize(stockmin, 1)")
+		var ins, good, bad []instance
 		eventually(3*time.Second, func() bool {
 			ins = mustNodes(t, id)
+			good, bad = nil, nil
 			for _, i := range ins {
 				if i.failed() {
-					bad = &i
-					return true
+					bad = append(bad, i)
+				} else {
+					good = append(good, i)
 				}
 			}
-			return false
+			return len(good) == int(minSize) && len(bad) == 1
 		})
-		if bad == nil {
-			t.Fatalf("stockmin (minSize 2, failure after 1 instance) lists %+v; want an instanceCreating+errorInfo instance", ins)
+		if len(good) != int(minSize) || len(bad) != 1 {
+			t.Fatalf("stockmin after IncreaseSize(1) lists %+v; want %d healthy and 1 instanceCreating+errorInfo", ins, minSize)
 		}
-		if t0 := mustTarget(t, id); t0 != minSize {
-			t.Fatalf("stockmin target = %d, want %d", t0, minSize)
+		mustOK(t, deleteNodes(t, id, realNode(good[0].id, lastSegment(good[0].id))), "DeleteNodes(stockmin, healthy instance)")
+		if got := mustTarget(t, id); got != minSize {
+			t.Fatalf("stockmin target after deleting the healthy instance = %d, want minSize %d", got, minSize)
 		}
-		mustOK(t, deleteNodes(t, id, caFakeNode(bad.id, "create-error")), "DeleteNodes(stockmin, errored instance at minSize)")
+		mustOK(t, deleteNodes(t, id, caFakeNode(bad[0].id, "create-error")), "DeleteNodes(stockmin, errored instance at minSize)")
 		if got := mustTarget(t, id); got != minSize-1 {
-			t.Errorf("stockmin target after deleting errored instance = %d, want %d", got, minSize-1)
+			t.Errorf("stockmin target after deleting the errored instance = %d, want %d", got, minSize-1)
 		}
-		if containsID(mustNodes(t, id), bad.id) {
-			t.Errorf("deleted errored instance %s still listed", bad.id)
+		if containsID(mustNodes(t, id), bad[0].id) {
+			t.Errorf("deleted errored instance %s still listed", bad[0].id)
 		}
 	})
 

@@ -35,8 +35,9 @@ const rpcTimeout = 5 * time.Second
 //	           (instances instanceRunning); DeleteNodes and "all created" decrease.
 //	stock      GPU (second product for GetAvailableGPUTypes), failure after 1
 //	           instance with code stockout.
-//	stockmin   minSize 2 == maxSize, failure after 1 instance: the errored instance
-//	           exists at target == minSize and must still be deletable.
+//	stockmin   minSize 1, failure after 1 instance: after one scale-up and deleting
+//	           the healthy instance, target == minSize with only the errored instance
+//	           left, which must still be deletable (below minSize).
 //	lazy       createDelay 1h: capacity is not created, so DecreaseTargetSize can cancel it.
 //	notemplate no capacity: no template node, no price, no option overrides.
 var fixtureFiles = map[string]string{
@@ -100,8 +101,8 @@ backend:
   failure: {afterInstances: 1, code: stockout}
 `,
 	"nodegroups/stockmin.yaml": `id: stockmin
-minSize: 2
-maxSize: 2
+minSize: 1
+maxSize: 3
 instanceType: m7i.large
 region: us-east-1
 zone: us-east-1a
@@ -135,7 +136,7 @@ zone: us-east-1a
 // Expected fixture facts.
 var (
 	fixtureGroups = map[string][2]int32{ // id -> {min, max}
-		"gpu-a": {0, 4}, "cpu-b": {1, 3}, "stock": {0, 3}, "stockmin": {2, 2}, "lazy": {0, 5}, "notemplate": {0, 2},
+		"gpu-a": {0, 4}, "cpu-b": {1, 3}, "stock": {0, 3}, "stockmin": {1, 3}, "lazy": {0, 5}, "notemplate": {0, 2},
 	}
 	fixtureGPUProducts = []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"}
 )

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Loopback load test of NodeGroupForNode and NodeGroupTargetSize with ghz (from the Go module
+# proxy), against gangscaler with 100 node groups x 100 instances (10,000 instances), and
+# against a trivial tonic server of the same service as the ceiling. Both servers listen on
+# 127.0.0.1 and are stopped by pid. Prints one summary line per run.
+#
+# Usage: scripts/load.sh [requests-per-run] [concurrency]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-200000}
+C=${2:-50}
+GHZ_VERSION=v0.120.0
+CACHE=${GANGSCALER_CACHE:-$HOME/.cache/gangscaler}
+BIN=$CACHE/bin
+GHZ=$BIN/ghz-$GHZ_VERSION
+if [ ! -x "$GHZ" ]; then
+  mkdir -p "$BIN"
+  tmp=$(mktemp -d)
+  GOTOOLCHAIN=local GOBIN="$tmp" go install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION"
+  mv "$tmp/ghz" "$GHZ"
+  rmdir "$tmp"
+fi
+cargo build --release --quiet --bin gangscaler --example trivial_server
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+mkdir -p "$work/config/nodegroups"
+cat > "$work/config/provider.yaml" <<YAML
+server: {address: "127.0.0.1:18087", metricsAddress: "127.0.0.1:19464", plaintext: true}
+defaults: {backend: {type: memory}}
+YAML
+for i in $(seq -f "%03g" 0 99); do
+  cat > "$work/config/nodegroups/group-$i.yaml" <<YAML
+id: group-$i
+minSize: 100
+maxSize: 200
+instanceType: m7i.8xlarge
+region: us-east-1
+zone: us-east-1a
+capacity: {cpu: "32", memory: 128Gi, pods: 110}
+YAML
+done
+
+GANGSCALER_LOG=warn target/release/gangscaler serve --config "$work/config" 2>"$work/gangscaler.log" &
+pids+=($!)
+target/release/examples/trivial_server 127.0.0.1:18088 &
+pids+=($!)
+for _ in $(seq 100); do
+  curl -fsS http://127.0.0.1:19464/readyz >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+run() { # name addr method data
+  "$GHZ" --insecure --proto proto/externalgrpc.proto -i proto \
+    --call "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider/$3" \
+    -d "$4" -n "$N" -c "$C" --connections 4 --format json "$2" > "$work/ghz.json"
+  python3 - "$1" "$3" "$work/ghz.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[3]))
+lat = {d["percentage"]: d["latency"] / 1e3 for d in r.get("latencyDistribution") or []}
+codes = r.get("statusCodeDistribution", {})
+print(f"{sys.argv[1]:<10} {sys.argv[2]:<20} rps {r['rps']:>9.0f}  p50 {lat.get(50, 0):>7.0f} us  p99 {lat.get(99, 0):>7.0f} us  codes {codes}")
+PY
+}
+
+# A providerID that exists: group-042's 7th instance.
+PID="gangscaler-memory://group-042/group-042-00007"
+run gangscaler 127.0.0.1:18087 NodeGroupForNode "{\"node\":{\"providerID\":\"$PID\",\"name\":\"group-042-00007\"}}"
+run gangscaler 127.0.0.1:18087 NodeGroupTargetSize '{"id":"group-042"}'
+run trivial 127.0.0.1:18088 NodeGroupForNode "{\"node\":{\"providerID\":\"$PID\"}}"
+run trivial 127.0.0.1:18088 NodeGroupTargetSize '{"id":"group-042"}'
+echo "server-side histogram (gangscaler_grpc_request_duration_seconds) after the runs:"
+curl -fsS http://127.0.0.1:19464/metrics | grep -E 'request_duration_seconds_(count|sum)' || true

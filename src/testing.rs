@@ -1,0 +1,72 @@
+//! Builders for tests and benchmarks (feature `test-util`, or `cfg(test)`).
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use crate::config::{Loaded, ProviderSettings, ServerSettings, Transport};
+use crate::model::{
+    BackendSpec, Capacity, MemoryBackendSpec, NodeGroupId, NodeGroupSpec, labels,
+    quantity::Quantity,
+};
+
+/// A memory-backed node group with `[min, max]` bounds, no delays and 8 CPUs / 32Gi per node.
+pub fn group(id: &str, min_size: u32, max_size: u32) -> NodeGroupSpec {
+    NodeGroupSpec {
+        id: NodeGroupId::new(id),
+        min_size,
+        max_size,
+        instance_type: "test.large".into(),
+        region: "test-region".into(),
+        zone: "test-zone".into(),
+        os: "linux".into(),
+        arch: "amd64".into(),
+        capacity: Some(Capacity {
+            cpu: Quantity::from_units(8),
+            memory: Quantity::from_units(32 << 30),
+            ephemeral_storage: Quantity::from_units(100 << 30),
+            pods: 110,
+        }),
+        reserved: Capacity::default(),
+        gpu: None,
+        rdma: None,
+        csi: BTreeMap::new(),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        topology: BTreeMap::new(),
+        price_per_hour: None,
+        backend: memory_backend(Duration::ZERO, Duration::ZERO),
+        autoscaling_options: None,
+        source: format!("{id}.yaml").into(),
+    }
+}
+
+/// Memory backend settings with the given delays and no failures.
+pub fn memory_backend(create_delay: Duration, provision_delay: Duration) -> BackendSpec {
+    BackendSpec::Memory(MemoryBackendSpec {
+        create_delay,
+        provision_delay,
+        failure: None,
+    })
+}
+
+/// A configuration over `groups` (sorted by id), plaintext on ephemeral loopback ports.
+pub fn loaded(mut groups: Vec<NodeGroupSpec>) -> Loaded {
+    groups.sort_by(|a, b| a.id.cmp(&b.id));
+    let any = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+    Loaded {
+        provider: ProviderSettings {
+            server: ServerSettings {
+                address: any,
+                metrics_address: any,
+                transport: Transport::Plaintext {
+                    non_loopback: false,
+                },
+            },
+            gpu_label: labels::DEFAULT_GPU_LABEL.to_owned(),
+            gpu_types: None,
+            node_groups_dir: "nodegroups".into(),
+        },
+        groups,
+    }
+}
