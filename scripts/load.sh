@@ -75,5 +75,21 @@ run gangscaler 127.0.0.1:18087 NodeGroupForNode "{\"node\":{\"providerID\":\"$PI
 run gangscaler 127.0.0.1:18087 NodeGroupTargetSize '{"id":"group-042"}'
 run trivial 127.0.0.1:18088 NodeGroupForNode "{\"node\":{\"providerID\":\"$PID\"}}"
 run trivial 127.0.0.1:18088 NodeGroupTargetSize '{"id":"group-042"}'
-echo "server-side histogram (gangscaler_grpc_request_duration_seconds) after the runs:"
-curl -fsS http://127.0.0.1:19464/metrics | grep -E 'request_duration_seconds_(count|sum)' || true
+echo "server-side handling time under load (gangscaler_grpc_request_duration_seconds):"
+curl -fsS http://127.0.0.1:19464/metrics > "$work/metrics.txt"
+python3 - "$work/metrics.txt" <<'PY'
+import re, sys
+count, total, buckets = {}, {}, {}
+for line in open(sys.argv[1]):
+    m = re.match(r'gangscaler_grpc_request_duration_seconds_(count|sum|bucket)\{rpc="(\w+)"(?:,le="([^"]+)")?\} (\S+)', line)
+    if not m:
+        continue
+    kind, rpc, le, v = m.groups()
+    if kind == "count": count[rpc] = float(v)
+    elif kind == "sum": total[rpc] = float(v)
+    else: buckets.setdefault(rpc, []).append((float(le), float(v)))
+for rpc in sorted(count):
+    n = count[rpc]
+    bound = next((le for le, c in sorted(buckets[rpc]) if c >= 0.99 * n), float("inf"))
+    print(f"  {rpc:<20} calls {n:>8.0f}  mean {total[rpc] / n * 1e6:6.2f} us  p99 <= {bound * 1e6:.0f} us (histogram bucket)")
+PY

@@ -41,7 +41,13 @@ impl Service {
     where
         F: Future<Output = engine::Result<T>>,
     {
-        let span = info_span!("rpc", rpc, node_group.id = group);
+        let span = info_span!(
+            "rpc",
+            rpc,
+            node_group.id = group,
+            outcome = tracing::field::Empty,
+            duration_us = tracing::field::Empty
+        );
         let start = Instant::now();
         let result = fut.instrument(span.clone()).await;
         let elapsed = start.elapsed();
@@ -52,6 +58,8 @@ impl Service {
         let code_name = status::code_name(code);
         self.metrics.rpc(rpc, code_name, elapsed.as_secs_f64());
         let duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        span.record("outcome", code_name);
+        span.record("duration_us", duration_us);
         match &result {
             Ok(_) => debug!(parent: &span, outcome = code_name, duration_us, "rpc served"),
             Err(e) => match code {

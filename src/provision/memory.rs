@@ -293,13 +293,15 @@ impl Provisioner for MemoryProvisioner {
     }
 
     async fn lookup(&self, node: &NodeRef) -> Result<Option<NodeGroupId>> {
+        // The same rule as `delete`: a providerID decides alone; the name counts only for
+        // nodes that have none yet. Otherwise NodeGroupForNode could claim a node that
+        // NodeGroupDeleteNodes then refuses.
         self.with_state(|s| {
-            if !node.provider_id.is_empty()
-                && let Some(g) = s.by_provider_id.get(&node.provider_id)
-            {
-                return Some(g.clone());
+            if node.provider_id.is_empty() {
+                s.by_name.get(&node.name).cloned()
+            } else {
+                s.by_provider_id.get(&node.provider_id).cloned()
             }
-            s.by_name.get(&node.name).cloned()
         })
     }
 }

@@ -218,6 +218,13 @@ func binaryPath() (string, error) {
 }
 
 func startServer() (*server, error) {
+	return startServerWith(fixtureFiles, nil)
+}
+
+// startServerWith writes files (paths relative to the config dir) into a fresh temp
+// dir's config/, runs prepare(configDir) if it is non-nil (e.g. to add certificates),
+// then starts `gangscaler serve` on free loopback ports and waits for /readyz.
+func startServerWith(files map[string]string, prepare func(cfg string) error) (*server, error) {
 	bin, err := binaryPath()
 	if err != nil {
 		return nil, err
@@ -228,12 +235,17 @@ func startServer() (*server, error) {
 	}
 	s := &server{dir: dir, done: make(chan struct{})}
 	cfg := filepath.Join(dir, "config")
-	for name, content := range fixtureFiles {
+	for name, content := range files {
 		p := filepath.Join(cfg, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return s, err
 		}
 		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return s, err
+		}
+	}
+	if prepare != nil {
+		if err := prepare(cfg); err != nil {
 			return s, err
 		}
 	}
