@@ -32,4 +32,10 @@ step "Go wire-conformance test against the built server"
 cargo build --quiet --locked --bin gangscaler
 GANGSCALER_BIN="$CARGO_TARGET_DIR/debug/gangscaler" tests/conformance/run.sh
 
+step "e2e: build the control plane from the Go module proxy (cached under \$HOME/.cache/gangscaler/e2e)"
+tests/e2e/build.sh
+
+step "e2e: kwok backend against etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok"
+cargo test --all-features --locked --test e2e -- --ignored --test-threads=1
+
 step "all test steps passed"

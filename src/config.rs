@@ -106,6 +106,27 @@ pub struct ServerSettings {
     pub transport: Transport,
 }
 
+/// How gangscaler reaches the cluster (kwok backend) and where it keeps durable state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesSettings {
+    /// Kubeconfig file; `None` means `KUBECONFIG`, `~/.kube/config` or in-cluster config.
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the state ConfigMap.
+    pub state_namespace: String,
+    /// Name of the ConfigMap holding each group's target size and not-yet-created capacity.
+    pub state_config_map: String,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        Self {
+            kubeconfig: None,
+            state_namespace: "kube-system".to_owned(),
+            state_config_map: "gangscaler-state".to_owned(),
+        }
+    }
+}
+
 /// Settings from the provider file that are not per node group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderSettings {
@@ -117,6 +138,8 @@ pub struct ProviderSettings {
     pub gpu_types: Option<Vec<String>>,
     /// Directory holding one YAML file per node group.
     pub node_groups_dir: PathBuf,
+    /// Cluster access and durable state (used by the kwok backend).
+    pub kubernetes: KubernetesSettings,
 }
 
 /// A loaded, validated configuration.

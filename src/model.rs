@@ -9,7 +9,8 @@ pub mod template;
 
 pub use instance::{ErrorClass, ErrorCode, Instance, InstanceError, InstanceState};
 pub use node_group::{
-    AutoscalingOptionOverrides, AutoscalingOptions, BackendSpec, Capacity, GpuSpec,
-    MemoryBackendSpec, MemoryFailure, NodeGroupId, NodeGroupSpec, RdmaSpec, Taint, TaintEffect,
+    AttachSimulation, AutoscalingOptionOverrides, AutoscalingOptions, BackendSpec, Capacity,
+    GpuSpec, KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec, RdmaSpec,
+    SimulatedFailure, Taint, TaintEffect,
 };
 pub use template::TemplateNode;

@@ -3,6 +3,7 @@
 //! changes the size, so concurrent calls never lose updates or overshoot).
 //! Depends on `model` only.
 
+pub mod kwok;
 pub mod memory;
 
 use async_trait::async_trait;

@@ -17,8 +17,13 @@ use crate::engine::{self, Engine};
 use crate::grpc::Service;
 use crate::http::Endpoints;
 use crate::metrics::Metrics;
+use crate::model::BackendSpec;
 use crate::provision::Provisioner;
+use crate::provision::kwok::KwokProvisioner;
 use crate::provision::memory::MemoryProvisioner;
+
+/// How often the kwok backend turns due capacity into nodes and runs its simulated attacher.
+const KWOK_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Server start-up and run errors.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +64,9 @@ pub enum Error {
     /// The engine could not start.
     #[error("starting the engine")]
     Engine(#[source] engine::Error),
+    /// The Kubernetes client for the kwok backend could not be built.
+    #[error("connecting to Kubernetes for the kwok backend")]
+    Kubernetes(#[source] kube::Error),
     /// The gRPC server failed.
     #[error("serving gRPC")]
     Serve(#[source] tonic::transport::Error),
@@ -72,6 +80,7 @@ pub struct Server {
     http: TcpListener,
     tls: Option<ServerTlsConfig>,
     ready: Arc<AtomicBool>,
+    kwok: Option<Arc<KwokProvisioner>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -119,7 +128,26 @@ impl Server {
                 None
             }
         };
-        let provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
+        let mut provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
+        let kwok = if loaded
+            .groups
+            .iter()
+            .any(|g| matches!(g.backend, BackendSpec::Kwok(_)))
+        {
+            let k8s = &loaded.provider.kubernetes;
+            let client = KwokProvisioner::client(k8s)
+                .await
+                .map_err(Error::Kubernetes)?;
+            let kwok = Arc::new(KwokProvisioner::new(
+                client,
+                k8s.clone(),
+                loaded.provider.gpu_label.clone(),
+            ));
+            provisioners.push(kwok.clone());
+            Some(kwok)
+        } else {
+            None
+        };
         let engine = Engine::new(loaded, source, provisioners, metrics.clone())
             .await
             .map_err(Error::Engine)?;
@@ -144,6 +172,7 @@ impl Server {
             http,
             tls,
             ready: Arc::new(AtomicBool::new(false)),
+            kwok,
         })
     }
 
@@ -174,6 +203,14 @@ impl Server {
             ready: self.ready.clone(),
         };
         let http_task = tokio::spawn(endpoints.serve(self.http, shutdown.clone()));
+        let kwok_task = self.kwok.clone().map(|kwok| {
+            let engine = self.engine.clone();
+            let token = shutdown.clone();
+            tokio::spawn(async move {
+                kwok.run(move || engine.config().groups.clone(), KWOK_PERIOD, token)
+                    .await;
+            })
+        });
         let mut builder = tonic::transport::Server::builder();
         let tls = self.tls.is_some();
         if let Some(config) = self.tls {
@@ -196,6 +233,9 @@ impl Server {
         self.ready.store(false, Ordering::Release);
         shutdown.cancel();
         let _ = http_task.await;
+        if let Some(t) = kwok_task {
+            let _ = t.await;
+        }
         info!("gangscaler stopped");
         result.map_err(Error::Serve)
     }

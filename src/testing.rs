@@ -66,6 +66,7 @@ pub fn loaded(mut groups: Vec<NodeGroupSpec>) -> Loaded {
             gpu_label: labels::DEFAULT_GPU_LABEL.to_owned(),
             gpu_types: None,
             node_groups_dir: "nodegroups".into(),
+            kubernetes: Default::default(),
         },
         groups,
     }

@@ -263,9 +263,13 @@ fn shipped_examples_validate_with_the_documented_values() {
 fn groups_without_a_backend_inherit_the_provider_default_backend() {
     let loaded = load_shipped();
     // cpu-general sets its own backend; l4-4x inherits `defaults.backend` (provisionDelay: 20s).
-    let BackendSpec::Memory(own) = &group(&loaded, "cpu-general").backend;
+    let BackendSpec::Memory(own) = &group(&loaded, "cpu-general").backend else {
+        panic!("cpu-general should use the memory backend")
+    };
     assert_eq!(own.provision_delay, std::time::Duration::from_secs(5));
-    let BackendSpec::Memory(inherited) = &group(&loaded, "l4-4x").backend;
+    let BackendSpec::Memory(inherited) = &group(&loaded, "l4-4x").backend else {
+        panic!("l4-4x should inherit the memory backend")
+    };
     assert_eq!(
         inherited.provision_delay,
         std::time::Duration::from_secs(20)
@@ -638,7 +642,7 @@ fn an_unknown_backend_type_is_reported() {
     let errs = dir.errors();
     assert_count(&errs, 1);
     let e = expect_error(&errs, "gpu-a.yaml", "backend.type", Some("\"aws\""));
-    assert!(e.message.contains("supported: memory"), "{e}");
+    assert!(e.message.contains("supported: memory, kwok"), "{e}");
 }
 
 #[test]
@@ -1244,4 +1248,65 @@ fn template_of_a_group_without_capacity_explains_why() {
     let err = stderr(&out);
     assert!(err.contains("capacity"), "{err}");
     assert!(err.contains("gpu-a.yaml"), "names the file to edit: {err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. The kwok backend and the kubernetes section
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_kwok_group_reads_its_delays_failure_and_attach_simulation() {
+    let yaml = gpu_a_plus(
+        "backend:\n  type: kwok\n  provisionDelay: 3s\n  failure: {afterInstances: 2, code: quotaExceeded}\n  attach: {delay: 500ms, failDriver: broken.csi.example.com}\n",
+    );
+    let provider = format!(
+        "{PROVIDER}kubernetes:\n  kubeconfig: kube/config\n  stateNamespace: gangscaler\n  stateConfigMap: gs-state\n"
+    );
+    let dir = ConfigDir::new(&provider).group("gpu-a.yaml", &yaml);
+    let loaded = dir.load().expect("valid kwok config");
+    let k8s = &loaded.provider.kubernetes;
+    assert_eq!(
+        k8s.kubeconfig.as_deref(),
+        Some(dir.path().join("kube/config").as_path())
+    );
+    assert_eq!(
+        (k8s.state_namespace.as_str(), k8s.state_config_map.as_str()),
+        ("gangscaler", "gs-state")
+    );
+    let BackendSpec::Kwok(kwok) = &loaded.groups[0].backend else {
+        panic!(
+            "gpu-a should use the kwok backend: {:?}",
+            loaded.groups[0].backend
+        )
+    };
+    assert_eq!(kwok.provision_delay, std::time::Duration::from_secs(3));
+    let failure = kwok.failure.as_ref().expect("failure");
+    assert_eq!(failure.after_instances, 2);
+    assert_eq!(failure.code.as_str(), "quotaExceeded");
+    let attach = kwok.attach.as_ref().expect("attach");
+    assert_eq!(attach.delay, std::time::Duration::from_millis(500));
+    assert_eq!(
+        attach.fail_driver.as_deref(),
+        Some("broken.csi.example.com")
+    );
+}
+
+#[test]
+fn a_kwok_group_without_capacity_and_a_bad_state_namespace_are_reported() {
+    let no_capacity = GPU_A[..GPU_A.find("capacity:").expect("capacity in GPU_A")].to_owned()
+        + "backend: {type: kwok, attach: {dely: 1s}}\n";
+    let provider = format!("{PROVIDER}kubernetes: {{stateNamespace: Not_A_Namespace}}\n");
+    let errs = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", &no_capacity)
+        .errors();
+    let e = expect_error(&errs, "gpu-a.yaml", "capacity", None);
+    assert!(e.message.contains("kwok"), "{e}");
+    expect_error(&errs, "gpu-a.yaml", "backend.attach.dely", Some("\"1s\""));
+    expect_error(
+        &errs,
+        "provider.yaml",
+        "kubernetes.stateNamespace",
+        Some("\"Not_A_Namespace\""),
+    );
+    assert_count(&errs, 3);
 }

@@ -9,10 +9,11 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::walk::{Errors, Obj};
-use super::{ProviderSettings, ServerSettings, TlsFiles, Transport};
+use super::{KubernetesSettings, ProviderSettings, ServerSettings, TlsFiles, Transport};
 use crate::model::{
-    AutoscalingOptionOverrides, BackendSpec, Capacity, ErrorCode, GpuSpec, MemoryBackendSpec,
-    MemoryFailure, NodeGroupId, NodeGroupSpec, RdmaSpec, Taint, TaintEffect, labels,
+    AttachSimulation, AutoscalingOptionOverrides, BackendSpec, Capacity, ErrorCode, GpuSpec,
+    KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec, RdmaSpec, SimulatedFailure,
+    Taint, TaintEffect, labels,
 };
 
 /// Defaults from the provider file that node groups inherit.
@@ -112,14 +113,46 @@ pub fn provider(
         }
         d.finish(errs);
     }
+    let kubernetes = kubernetes_settings(root.obj_or_empty("kubernetes", errs), dir, errs);
     root.finish(errs);
     let settings = server.map(|server| ProviderSettings {
         server,
         gpu_label,
         gpu_types,
         node_groups_dir,
+        kubernetes,
     });
     (settings, defaults)
+}
+
+fn kubernetes_settings(mut k: Obj<'_>, dir: &Path, errs: &mut Errors) -> KubernetesSettings {
+    let kubeconfig = k.string("kubeconfig", errs).map(|p| dir.join(p));
+    let state_namespace = k
+        .string("stateNamespace", errs)
+        .unwrap_or_else(|| "kube-system".to_owned());
+    if let Err(e) = check_dns_label(&state_namespace) {
+        errs.push(
+            &k.path("stateNamespace"),
+            Some(&Value::String(state_namespace.clone())),
+            e,
+        );
+    }
+    let state_config_map = k
+        .string("stateConfigMap", errs)
+        .unwrap_or_else(|| "gangscaler-state".to_owned());
+    if let Err(e) = check_dns_subdomain(&state_config_map) {
+        errs.push(
+            &k.path("stateConfigMap"),
+            Some(&Value::String(state_config_map.clone())),
+            e,
+        );
+    }
+    k.finish(errs);
+    KubernetesSettings {
+        kubeconfig,
+        state_namespace,
+        state_config_map,
+    }
 }
 
 fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<ServerSettings> {
@@ -357,6 +390,13 @@ pub fn node_group(
             })),
         },
     };
+    if matches!(backend, Some(BackendSpec::Kwok(_))) && capacity.is_none() && !g.has("capacity") {
+        errs.push(
+            "capacity",
+            None,
+            "is required by the kwok backend, which creates Node objects from the template",
+        );
+    }
     let autoscaling_options = g.obj("autoscalingOptions", errs).map(|o| options(o, errs));
     g.finish(errs);
     Some(NodeGroupSpec {
@@ -526,45 +566,62 @@ fn backend(mut o: Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
         "memory" => {
             let create_delay = o.duration("createDelay", errs).unwrap_or(Duration::ZERO);
             let provision_delay = o.duration("provisionDelay", errs).unwrap_or(Duration::ZERO);
-            let failure = o.obj("failure", errs).and_then(|mut f| {
-                let after = f
-                    .int("afterInstances", 0, i64::from(u32::MAX), errs)
-                    .unwrap_or(0);
-                let code = f
-                    .string("code", errs)
-                    .unwrap_or_else(|| "stockout".to_owned());
-                let parsed = ErrorCode::parse(&code);
-                if parsed.is_none() {
-                    let all: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
-                    errs.push(
-                        &f.path("code"),
-                        Some(&Value::String(code)),
-                        format!("must be one of: {}", all.join(", ")),
-                    );
-                }
-                f.finish(errs);
-                Some(MemoryFailure {
-                    after_instances: u32::try_from(after).ok()?,
-                    code: parsed?,
-                })
-            });
+            let failure = o.obj("failure", errs).and_then(|f| failure(f, errs));
             Some(BackendSpec::Memory(MemoryBackendSpec {
                 create_delay,
                 provision_delay,
                 failure,
             }))
         }
+        "kwok" => {
+            let provision_delay = o.duration("provisionDelay", errs).unwrap_or(Duration::ZERO);
+            let failure = o.obj("failure", errs).and_then(|f| failure(f, errs));
+            let attach = o.obj("attach", errs).map(|mut a| {
+                let delay = a.duration("delay", errs).unwrap_or(Duration::ZERO);
+                let fail_driver = a.string("failDriver", errs);
+                a.finish(errs);
+                AttachSimulation { delay, fail_driver }
+            });
+            Some(BackendSpec::Kwok(KwokBackendSpec {
+                provision_delay,
+                failure,
+                attach,
+            }))
+        }
         other => {
             errs.push(
                 &o.path("type"),
                 Some(&Value::String(other.to_owned())),
-                "unknown backend; supported: memory",
+                "unknown backend; supported: memory, kwok",
             );
             None
         }
     };
     o.finish(errs);
     spec
+}
+
+fn failure(mut f: Obj<'_>, errs: &mut Errors) -> Option<SimulatedFailure> {
+    let after = f
+        .int("afterInstances", 0, i64::from(u32::MAX), errs)
+        .unwrap_or(0);
+    let code = f
+        .string("code", errs)
+        .unwrap_or_else(|| "stockout".to_owned());
+    let parsed = ErrorCode::parse(&code);
+    if parsed.is_none() {
+        let all: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        errs.push(
+            &f.path("code"),
+            Some(&Value::String(code)),
+            format!("must be one of: {}", all.join(", ")),
+        );
+    }
+    f.finish(errs);
+    Some(SimulatedFailure {
+        after_instances: u32::try_from(after).ok()?,
+        code: parsed?,
+    })
 }
 
 fn options(mut o: Obj<'_>, errs: &mut Errors) -> AutoscalingOptionOverrides {

@@ -35,7 +35,7 @@ impl ErrorClass {
 }
 
 /// The few stable provider error codes (CA uses them as a metric label, so keep them few).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ErrorCode {
     /// No capacity of this instance type is available.

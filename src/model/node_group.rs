@@ -121,9 +121,10 @@ pub struct Taint {
     pub effect: TaintEffect,
 }
 
-/// Stable failure injected by the memory backend after a number of good instances.
+/// Stable failure injected by a simulating backend (memory, kwok) after a number of good
+/// instances: a stock-out or quota error, reported as CA expects.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MemoryFailure {
+pub struct SimulatedFailure {
     /// Instances that succeed before failures start (counted over the group's lifetime).
     pub after_instances: u32,
     /// The error code reported for failed instances.
@@ -140,7 +141,30 @@ pub struct MemoryBackendSpec {
     #[serde(with = "humantime_serde_compat")]
     pub provision_delay: Duration,
     /// Optional injected failure.
-    pub failure: Option<MemoryFailure>,
+    pub failure: Option<SimulatedFailure>,
+}
+
+/// Simulated CSI attacher of the kwok backend: kwok clusters have no external-attacher, so
+/// gangscaler marks VolumeAttachments on its nodes attached (or failed) itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttachSimulation {
+    /// Delay between a VolumeAttachment appearing and its `status.attached=true`.
+    #[serde(with = "humantime_serde_compat")]
+    pub delay: Duration,
+    /// A CSI driver whose attachments fail with `status.attachError` instead.
+    pub fail_driver: Option<String>,
+}
+
+/// Settings of the kwok backend: Node objects in a real cluster, kept alive by kwok.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KwokBackendSpec {
+    /// How long requested capacity stays not-yet-created before its Node object appears.
+    #[serde(with = "humantime_serde_compat")]
+    pub provision_delay: Duration,
+    /// Optional injected failure.
+    pub failure: Option<SimulatedFailure>,
+    /// Optional simulated CSI attacher for this group's nodes.
+    pub attach: Option<AttachSimulation>,
 }
 
 /// Which provisioning backend serves a group, with its settings.
@@ -149,6 +173,8 @@ pub struct MemoryBackendSpec {
 pub enum BackendSpec {
     /// In-memory simulation; nothing outside the process changes.
     Memory(MemoryBackendSpec),
+    /// Kubernetes Node objects simulated by kwok.
+    Kwok(KwokBackendSpec),
 }
 
 impl BackendSpec {
@@ -156,6 +182,7 @@ impl BackendSpec {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Memory(_) => "memory",
+            Self::Kwok(_) => "kwok",
         }
     }
 }

@@ -56,9 +56,16 @@ pub struct MemoryProvisioner {
     state: Mutex<State>,
 }
 
+/// The group's memory settings. The engine routes only memory groups here; anything else is
+/// read as an instant, failure-free group rather than panicking on a serving path.
 fn settings(group: &NodeGroupSpec) -> MemoryBackendSpec {
     match &group.backend {
         BackendSpec::Memory(m) => m.clone(),
+        BackendSpec::Kwok(_) => MemoryBackendSpec {
+            create_delay: std::time::Duration::ZERO,
+            provision_delay: std::time::Duration::ZERO,
+            failure: None,
+        },
     }
 }
 
@@ -311,7 +318,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::model::{ErrorCode, MemoryFailure};
+    use crate::model::{ErrorCode, SimulatedFailure};
 
     fn group(min: u32, max: u32, backend: MemoryBackendSpec) -> NodeGroupSpec {
         NodeGroupSpec {
@@ -421,7 +428,7 @@ mod tests {
     async fn injected_stockout_fails_instances_after_the_first_n() {
         let p = MemoryProvisioner::new();
         let mut spec = delays(0, 0);
-        spec.failure = Some(MemoryFailure {
+        spec.failure = Some(SimulatedFailure {
             after_instances: 1,
             code: ErrorCode::Stockout,
         });
@@ -443,7 +450,7 @@ mod tests {
     async fn delete_is_all_or_nothing_and_respects_min_for_healthy_instances() {
         let p = MemoryProvisioner::new();
         let mut spec = delays(0, 0);
-        spec.failure = Some(MemoryFailure {
+        spec.failure = Some(SimulatedFailure {
             after_instances: 3,
             code: ErrorCode::QuotaExceeded,
         });

@@ -1,0 +1,931 @@
+//! The kwok backend: a group's nodes are real Kubernetes Node objects that kwok keeps alive
+//! (no kubelet). The cluster is the source of truth:
+//!
+//! - each group's target size, its not-yet-created capacity (with the name each node will get
+//!   and when it is due), its simulated failures and its nodes being deleted live in one state
+//!   ConfigMap, changed only by optimistic-concurrency replaces (resourceVersion), so concurrent
+//!   calls and several gangscaler processes never lose or duplicate an update;
+//! - Node objects carry the group label and `spec.providerID = kwok://<group>/<node>`, so a
+//!   restarted provider recovers its instances by listing them;
+//! - a node's name is chosen when its capacity is requested and creating it is idempotent, so a
+//!   crash between "create the Node" and "record it" can never create a second node.
+//!
+//! Each Node gets a CSINode carrying the template's CSI attach limits (a kubelet would publish
+//! one; the scheduler's volume-limit check reads it). An optional simulated CSI attacher marks
+//! this backend's VolumeAttachments attached, since kwok clusters have no external-attacher.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, NodeStatus, Taint as K8sTaint};
+use k8s_openapi::api::storage::v1::{
+    CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment, VolumeError, VolumeNodeResources,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{Error, NodeRef, Provisioner, Result};
+use crate::config::KubernetesSettings;
+use crate::model::{
+    BackendSpec, ErrorCode, Instance, InstanceError, InstanceState, KwokBackendSpec, NodeGroupId,
+    NodeGroupSpec, TemplateNode, labels,
+};
+
+/// Scheme of kwok instance ids: `kwok://<group>/<node name>`.
+pub const PROVIDER_ID_SCHEME: &str = "kwok://";
+/// Annotation that puts a node under kwok's management.
+pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// Annotation without which the attach-detach controller ignores a node.
+pub const CONTROLLER_ATTACH_ANNOTATION: &str =
+    "volumes.kubernetes.io/controller-managed-attach-detach";
+/// Label marking objects gangscaler manages.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+const MANAGED_BY: &str = "gangscaler";
+const FIELD_MANAGER: &str = "gangscaler";
+/// Optimistic-concurrency retries before a state update gives up.
+const MAX_CONFLICT_RETRIES: usize = 16;
+
+/// Capacity requested but not created yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PendingNode {
+    name: String,
+    due_unix_ms: u64,
+}
+
+/// A simulated failed instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FailedNode {
+    name: String,
+    code: ErrorCode,
+    message: String,
+}
+
+/// One group's durable state, stored as JSON under the group id in the state ConfigMap.
+/// Invariant at rest: `target == live nodes + pending + failed`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GroupRecord {
+    target: u32,
+    /// Nodes ever created, for failure injection.
+    #[serde(default)]
+    created: u32,
+    #[serde(default)]
+    pending: Vec<PendingNode>,
+    #[serde(default)]
+    failed: Vec<FailedNode>,
+    /// Nodes whose deletion was decided but may not have happened yet.
+    #[serde(default)]
+    deleting: Vec<String>,
+}
+
+impl GroupRecord {
+    fn pending_count(&self) -> u32 {
+        u32::try_from(self.pending.len()).unwrap_or(u32::MAX)
+    }
+}
+
+/// The kwok provisioning backend.
+pub struct KwokProvisioner {
+    client: kube::Client,
+    settings: KubernetesSettings,
+    gpu_label: String,
+    /// Serialises materialisation in this process (other processes are kept safe by the
+    /// idempotent, name-based creation).
+    materialize_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for KwokProvisioner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KwokProvisioner")
+            .field(
+                "state",
+                &format!(
+                    "{}/{}",
+                    self.settings.state_namespace, self.settings.state_config_map
+                ),
+            )
+            .finish()
+    }
+}
+
+fn now_ms() -> u64 {
+    // The one wall-clock read of this backend: due times are persisted, so they must be
+    // wall-clock based to survive restarts.
+    #[allow(clippy::disallowed_methods)]
+    let now = SystemTime::now();
+    u64::try_from(
+        now.duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(u64::MAX)
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A short random suffix (base 36) for node names.
+fn random_suffix() -> String {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_ms());
+    let mut n = h.finish();
+    let mut s = String::with_capacity(5);
+    for _ in 0..5 {
+        let d = u32::try_from(n % 36).unwrap_or(0);
+        s.push(char::from_digit(d, 36).unwrap_or('x'));
+        n /= 36;
+    }
+    s
+}
+
+fn spec(group: &NodeGroupSpec) -> KwokBackendSpec {
+    match &group.backend {
+        BackendSpec::Kwok(k) => k.clone(),
+        BackendSpec::Memory(_) => KwokBackendSpec {
+            provision_delay: Duration::ZERO,
+            failure: None,
+            attach: None,
+        },
+    }
+}
+
+/// The providerID of a kwok node.
+pub fn provider_id(group: &NodeGroupId, node: &str) -> String {
+    format!("{PROVIDER_ID_SCHEME}{group}/{node}")
+}
+
+/// `(group, node)` from a kwok providerID.
+pub fn parse_provider_id(id: &str) -> Option<(&str, &str)> {
+    id.strip_prefix(PROVIDER_ID_SCHEME)?.split_once('/')
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+impl KwokProvisioner {
+    /// A backend using `client`; `gpu_label` is the label CA uses for GPU nodes.
+    pub fn new(
+        client: kube::Client,
+        settings: KubernetesSettings,
+        gpu_label: impl Into<String>,
+    ) -> Self {
+        Self {
+            client,
+            settings,
+            gpu_label: gpu_label.into(),
+            materialize_lock: Mutex::new(()),
+        }
+    }
+
+    /// Builds a client from the settings' kubeconfig, else the usual inference.
+    ///
+    /// # Errors
+    /// When no usable configuration is found.
+    pub async fn client(settings: &KubernetesSettings) -> Result<kube::Client, kube::Error> {
+        let config = match &settings.kubeconfig {
+            Some(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                    .map_err(kube::Error::InferKubeconfig)?;
+                kube::Config::from_custom_kubeconfig(
+                    kubeconfig,
+                    &kube::config::KubeConfigOptions::default(),
+                )
+                .await
+                .map_err(kube::Error::InferKubeconfig)?
+            }
+            None => kube::Config::infer()
+                .await
+                .map_err(kube::Error::InferConfig)?,
+        };
+        kube::Client::try_from(config)
+    }
+
+    fn backend_error(group: &NodeGroupId, what: &str, e: &kube::Error) -> Error {
+        Error::Backend {
+            group: group.clone(),
+            backend: "kwok",
+            message: format!("{what}: {e}"),
+        }
+    }
+
+    fn state_api(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.settings.state_namespace)
+    }
+
+    fn nodes_api(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// Reads the state ConfigMap, creating it when missing.
+    async fn read_state(&self, group: &NodeGroupId) -> Result<ConfigMap> {
+        let api = self.state_api();
+        let name = &self.settings.state_config_map;
+        loop {
+            match api.get_opt(name).await {
+                Ok(Some(cm)) => return Ok(cm),
+                Ok(None) => {
+                    let cm = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(name.clone()),
+                            labels: Some(BTreeMap::from([(
+                                MANAGED_BY_LABEL.to_owned(),
+                                MANAGED_BY.to_owned(),
+                            )])),
+                            ..ObjectMeta::default()
+                        },
+                        ..ConfigMap::default()
+                    };
+                    match api.create(&PostParams::default(), &cm).await {
+                        Ok(cm) => return Ok(cm),
+                        Err(kube::Error::Api(s)) if s.is_already_exists() => continue,
+                        Err(e) => {
+                            return Err(Self::backend_error(
+                                group,
+                                "creating the state ConfigMap",
+                                &e,
+                            ));
+                        }
+                    }
+                }
+                Err(e) => {
+                    return Err(Self::backend_error(
+                        group,
+                        "reading the state ConfigMap",
+                        &e,
+                    ));
+                }
+            }
+        }
+    }
+
+    fn record_of(cm: &ConfigMap, group: &NodeGroupId) -> Result<Option<GroupRecord>> {
+        let Some(text) = cm.data.as_ref().and_then(|d| d.get(group.as_str())) else {
+            return Ok(None);
+        };
+        serde_json::from_str(text)
+            .map(Some)
+            .map_err(|e| Error::Backend {
+                group: group.clone(),
+                backend: "kwok",
+                message: format!("state ConfigMap entry for the group does not parse: {e}"),
+            })
+    }
+
+    /// Reads the group's record (created at min size if missing).
+    async fn record(&self, group: &NodeGroupSpec) -> Result<GroupRecord> {
+        let cm = self.read_state(&group.id).await?;
+        match Self::record_of(&cm, &group.id)? {
+            Some(r) => Ok(r),
+            None => self.update(group, |_| Ok(())).await.map(|(r, ())| r),
+        }
+    }
+
+    /// Applies `f` to the group's record with optimistic concurrency; `f` may run several times
+    /// and must decide from the record it is given. A refusal from `f` writes nothing.
+    async fn update<T>(
+        &self,
+        group: &NodeGroupSpec,
+        mut f: impl FnMut(&mut GroupRecord) -> Result<T>,
+    ) -> Result<(GroupRecord, T)> {
+        let api = self.state_api();
+        for _ in 0..MAX_CONFLICT_RETRIES {
+            let mut cm = self.read_state(&group.id).await?;
+            let mut record = match Self::record_of(&cm, &group.id)? {
+                Some(r) => r,
+                None => self.initial_record(group),
+            };
+            let out = f(&mut record)?;
+            let text = serde_json::to_string(&record).map_err(|e| Error::Backend {
+                group: group.id.clone(),
+                backend: "kwok",
+                message: format!("encoding state: {e}"),
+            })?;
+            cm.data
+                .get_or_insert_with(BTreeMap::new)
+                .insert(group.id.to_string(), text);
+            match api
+                .replace(&self.settings.state_config_map, &PostParams::default(), &cm)
+                .await
+            {
+                Ok(_) => return Ok((record, out)),
+                Err(kube::Error::Api(s)) if s.is_conflict() => {
+                    debug!(node_group.id = %group.id, "state update conflicted; retrying");
+                }
+                Err(e) => {
+                    return Err(Self::backend_error(
+                        &group.id,
+                        "writing the state ConfigMap",
+                        &e,
+                    ));
+                }
+            }
+        }
+        Err(Error::Backend {
+            group: group.id.clone(),
+            backend: "kwok",
+            message: format!(
+                "state update still conflicting after {MAX_CONFLICT_RETRIES} attempts"
+            ),
+        })
+    }
+
+    /// A new group starts at min size, all of it requested now.
+    fn initial_record(&self, group: &NodeGroupSpec) -> GroupRecord {
+        let due = now_ms().saturating_add(duration_ms(spec(group).provision_delay));
+        GroupRecord {
+            target: group.min_size,
+            pending: (0..group.min_size)
+                .map(|_| PendingNode {
+                    name: format!("{}-{}", group.id, random_suffix()),
+                    due_unix_ms: due,
+                })
+                .collect(),
+            ..GroupRecord::default()
+        }
+    }
+
+    async fn list_nodes(&self, group: &NodeGroupId) -> Result<Vec<Node>> {
+        let lp = ListParams::default().labels(&format!("{}={group}", labels::NODE_GROUP));
+        self.nodes_api()
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .map_err(|e| Self::backend_error(group, "listing nodes", &e))
+    }
+
+    /// The Node object for `name`, built from the group's template.
+    fn node_object(&self, group: &NodeGroupSpec, name: &str) -> Result<Node> {
+        let template =
+            TemplateNode::for_group(group, &self.gpu_label).ok_or_else(|| Error::Backend {
+                group: group.id.clone(),
+                backend: "kwok",
+                message: "the kwok backend needs capacity to build nodes".to_owned(),
+            })?;
+        let mut node_labels = template.metadata.labels.clone();
+        node_labels.insert(labels::HOSTNAME.to_owned(), name.to_owned());
+        node_labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
+        let mut annotations = template.metadata.annotations.clone();
+        annotations.insert(KWOK_NODE_ANNOTATION.to_owned(), "fake".to_owned());
+        annotations.insert(CONTROLLER_ATTACH_ANNOTATION.to_owned(), "true".to_owned());
+        let quantities = |m: &BTreeMap<String, String>| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), Quantity(v.clone())))
+                .collect::<BTreeMap<_, _>>()
+        };
+        Ok(Node {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                labels: Some(node_labels),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some(provider_id(&group.id, name)),
+                taints: Some(
+                    template
+                        .spec
+                        .taints
+                        .iter()
+                        .map(|t| K8sTaint {
+                            key: t.key.clone(),
+                            value: (!t.value.is_empty()).then(|| t.value.clone()),
+                            effect: t.effect.to_owned(),
+                            time_added: None,
+                        })
+                        .collect(),
+                ),
+                ..NodeSpec::default()
+            }),
+            status: Some(NodeStatus {
+                capacity: Some(quantities(&template.status.capacity)),
+                allocatable: Some(quantities(&template.status.allocatable)),
+                ..NodeStatus::default()
+            }),
+        })
+    }
+
+    /// Creates the Node (idempotent by name) and its CSINode.
+    async fn create_node(&self, group: &NodeGroupSpec, name: &str) -> Result<()> {
+        let node = self.node_object(group, name)?;
+        let created = match self.nodes_api().create(&PostParams::default(), &node).await {
+            Ok(n) => n,
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                self.nodes_api()
+                    .get(name)
+                    .await
+                    .map_err(|e| Self::backend_error(&group.id, "reading an existing node", &e))?
+            }
+            Err(e) => return Err(Self::backend_error(&group.id, "creating a node", &e)),
+        };
+        // The apiserver may drop status on create; make sure capacity is there for the
+        // scheduler before kwok takes over the node.
+        if created
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .is_none()
+        {
+            let patch = serde_json::json!({ "status": node.status });
+            self.nodes_api()
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Self::backend_error(&group.id, "setting node capacity", &e))?;
+        }
+        if !group.csi.is_empty() {
+            self.create_csi_node(group, &created).await?;
+        }
+        info!(node_group.id = %group.id, node.name = name, backend = "kwok", "node created");
+        Ok(())
+    }
+
+    async fn create_csi_node(&self, group: &NodeGroupSpec, node: &Node) -> Result<()> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let csi = CSINode {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(BTreeMap::from([(
+                    MANAGED_BY_LABEL.to_owned(),
+                    MANAGED_BY.to_owned(),
+                )])),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".to_owned(),
+                    kind: "Node".to_owned(),
+                    name: name.clone(),
+                    uid: node.metadata.uid.clone().unwrap_or_default(),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            spec: CSINodeSpec {
+                drivers: group
+                    .csi
+                    .iter()
+                    .map(|(driver, count)| CSINodeDriver {
+                        name: driver.clone(),
+                        node_id: name.clone(),
+                        allocatable: Some(VolumeNodeResources {
+                            count: Some(i32::try_from(*count).unwrap_or(i32::MAX)),
+                        }),
+                        topology_keys: None,
+                    })
+                    .collect(),
+            },
+        };
+        let api: Api<CSINode> = Api::all(self.client.clone());
+        match api.create(&PostParams::default(), &csi).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(()),
+            Err(e) => Err(Self::backend_error(&group.id, "creating a CSINode", &e)),
+        }
+    }
+
+    async fn delete_node(&self, group: &NodeGroupId, name: &str) -> Result<()> {
+        match self
+            .nodes_api()
+            .delete(name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            Err(e) => Err(Self::backend_error(group, "deleting a node", &e)),
+        }
+    }
+
+    /// Turns due capacity into Node objects (or simulated failures) and finishes deletions.
+    /// Safe to run concurrently and after a crash at any point.
+    ///
+    /// # Errors
+    /// A Kubernetes API failure.
+    pub async fn materialize(&self, group: &NodeGroupSpec) -> Result<()> {
+        let _guard = self.materialize_lock.lock().await;
+        let record = self.record(group).await?;
+        for name in &record.deleting {
+            self.delete_node(&group.id, name).await?;
+        }
+        if !record.deleting.is_empty() {
+            let done: BTreeSet<String> = record.deleting.iter().cloned().collect();
+            self.update(group, |r| {
+                r.deleting.retain(|n| !done.contains(n));
+                Ok(())
+            })
+            .await?;
+        }
+        let now = now_ms();
+        let failure = spec(group).failure;
+        for due in record.pending.iter().filter(|p| p.due_unix_ms <= now) {
+            // Decide failure under the record's concurrency control.
+            let (_, fail) = self
+                .update(group, |r| {
+                    let Some(pos) = r.pending.iter().position(|p| p.name == due.name) else {
+                        return Ok(None);
+                    };
+                    match &failure {
+                        Some(f) if r.created >= f.after_instances => {
+                            let p = r.pending.remove(pos);
+                            r.created = r.created.saturating_add(1);
+                            let failed = FailedNode {
+                                name: p.name,
+                                code: f.code,
+                                message: format!(
+                                    "simulated {} in node group {} after {} instance(s)",
+                                    f.code, group.id, f.after_instances
+                                ),
+                            };
+                            r.failed.push(failed.clone());
+                            Ok(Some(Some(failed)))
+                        }
+                        _ => Ok(Some(None)),
+                    }
+                })
+                .await?;
+            match fail {
+                None => continue,
+                Some(Some(failed)) => {
+                    warn!(node_group.id = %group.id, node.name = %failed.name, code = %failed.code, "simulated instance failure");
+                    continue;
+                }
+                Some(None) => {}
+            }
+            self.create_node(group, &due.name).await?;
+            self.update(group, |r| {
+                if let Some(pos) = r.pending.iter().position(|p| p.name == due.name) {
+                    r.pending.remove(pos);
+                    r.created = r.created.saturating_add(1);
+                }
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Runs [`KwokProvisioner::materialize`] for `groups` every `period` until `shutdown`, and the
+    /// simulated attacher for groups that configure one.
+    pub async fn run(
+        &self,
+        groups: impl Fn() -> Vec<NodeGroupSpec>,
+        period: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let groups: Vec<NodeGroupSpec> = groups()
+                .into_iter()
+                .filter(|g| matches!(g.backend, BackendSpec::Kwok(_)))
+                .collect();
+            for g in &groups {
+                if let Err(e) = self.materialize(g).await {
+                    warn!(node_group.id = %g.id, error = %e, "materialising kwok nodes failed; will retry");
+                }
+            }
+            if let Err(e) = self.simulate_attach(&groups).await {
+                warn!(error = %e, "simulated CSI attacher failed; will retry");
+            }
+        }
+    }
+
+    /// Marks VolumeAttachments on this backend's nodes attached (or failed) once their delay
+    /// has passed, for groups with `attach` configured.
+    ///
+    /// # Errors
+    /// A Kubernetes API failure.
+    pub async fn simulate_attach(&self, groups: &[NodeGroupSpec]) -> Result<()> {
+        let with_attach: Vec<(&NodeGroupSpec, _)> = groups
+            .iter()
+            .filter_map(|g| spec(g).attach.map(|a| (g, a)))
+            .collect();
+        if with_attach.is_empty() {
+            return Ok(());
+        }
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let Some((first, _)) = with_attach.first() else {
+            return Ok(());
+        };
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| Self::backend_error(&first.id, "listing VolumeAttachments", &e))?;
+        // Which group each of our nodes belongs to, from the nodes' own labels.
+        let lp = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+        let owners: BTreeMap<String, String> = self
+            .nodes_api()
+            .list(&lp)
+            .await
+            .map_err(|e| Self::backend_error(&first.id, "listing nodes", &e))?
+            .items
+            .into_iter()
+            .filter_map(|n| {
+                let group = n.metadata.labels.as_ref()?.get(labels::NODE_GROUP)?.clone();
+                Some((n.metadata.name?, group))
+            })
+            .collect();
+        let now = now_ms();
+        for va in list.items {
+            let node = va.spec.node_name.as_str();
+            let Some(owner) = owners.get(node) else {
+                continue;
+            };
+            let Some((g, attach)) = with_attach.iter().find(|(g, _)| g.id.as_str() == owner) else {
+                continue;
+            };
+            let status = va.status.as_ref();
+            if status.is_some_and(|s| s.attached || s.attach_error.is_some()) {
+                continue;
+            }
+            let created = va
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| u64::try_from(t.0.as_millisecond()).unwrap_or(0))
+                .unwrap_or(0);
+            if created.saturating_add(duration_ms(attach.delay)) > now {
+                continue;
+            }
+            let name = va.metadata.name.clone().unwrap_or_default();
+            let fails = attach.fail_driver.as_deref() == Some(va.spec.attacher.as_str());
+            let status = if fails {
+                serde_json::json!({ "status": { "attached": false, "attachError": VolumeError {
+                    message: Some(format!("simulated attach failure for driver {}", va.spec.attacher)),
+                    time: Some(Time(jiff_now())),
+                    error_code: None,
+                } } })
+            } else {
+                serde_json::json!({ "status": { "attached": true } })
+            };
+            api.patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Merge(&status),
+            )
+            .await
+            .map_err(|e| Self::backend_error(&g.id, "updating a VolumeAttachment", &e))?;
+            info!(node_group.id = %g.id, node.name = node, volume_attachment = %name, attached = !fails, "simulated CSI attach");
+        }
+        Ok(())
+    }
+}
+
+fn jiff_now() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::now()
+}
+
+#[async_trait]
+impl Provisioner for KwokProvisioner {
+    fn kind(&self) -> &'static str {
+        "kwok"
+    }
+
+    async fn sync_groups(&self, groups: &[NodeGroupSpec]) -> Result<()> {
+        for g in groups {
+            self.record(g).await?;
+        }
+        Ok(())
+    }
+
+    async fn target_size(&self, group: &NodeGroupSpec) -> Result<u32> {
+        Ok(self.record(group).await?.target)
+    }
+
+    async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
+        let due = now_ms().saturating_add(duration_ms(spec(group).provision_delay));
+        let (record, ()) = self
+            .update(group, |r| {
+                let new = r.target.saturating_add(delta);
+                if new > group.max_size {
+                    return Err(Error::AboveMax {
+                        group: group.id.clone(),
+                        current: r.target,
+                        delta,
+                        max: group.max_size,
+                    });
+                }
+                r.target = new;
+                for _ in 0..delta {
+                    r.pending.push(PendingNode {
+                        name: format!("{}-{}", group.id, random_suffix()),
+                        due_unix_ms: due,
+                    });
+                }
+                Ok(())
+            })
+            .await?;
+        if due <= now_ms() {
+            self.materialize(group).await?;
+        }
+        Ok(record.target)
+    }
+
+    async fn decrease_target(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
+        let (record, ()) = self
+            .update(group, |r| {
+                let pending = r.pending_count();
+                if delta > pending {
+                    return Err(Error::WouldDeleteExisting {
+                        group: group.id.clone(),
+                        requested: delta,
+                        pending,
+                        target: r.target,
+                    });
+                }
+                for _ in 0..delta {
+                    r.pending.pop();
+                }
+                r.target = r.target.saturating_sub(delta);
+                Ok(())
+            })
+            .await?;
+        Ok(record.target)
+    }
+
+    async fn delete(&self, group: &NodeGroupSpec, nodes: &[NodeRef]) -> Result<u32> {
+        let live: BTreeSet<String> = self
+            .list_nodes(&group.id)
+            .await?
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        let (record, names) = self
+            .update(group, |r| {
+                let failed: BTreeSet<&str> = r.failed.iter().map(|f| f.name.as_str()).collect();
+                let mut names: Vec<String> = Vec::new();
+                for node in nodes {
+                    let name = if node.provider_id.is_empty() {
+                        Some(node.name.as_str()).filter(|n| live.contains(*n))
+                    } else {
+                        parse_provider_id(&node.provider_id)
+                            .filter(|(g, n)| {
+                                *g == group.id.as_str() && (live.contains(*n) || failed.contains(n))
+                            })
+                            .map(|(_, n)| n)
+                    };
+                    let Some(name) = name.filter(|n| !r.deleting.iter().any(|d| d == n)) else {
+                        return Err(Error::NotInGroup {
+                            group: group.id.clone(),
+                            node: node.name.clone(),
+                            provider_id: node.provider_id.clone(),
+                        });
+                    };
+                    if !names.iter().any(|n| n == name) {
+                        names.push(name.to_owned());
+                    }
+                }
+                let removing = u32::try_from(names.len()).unwrap_or(u32::MAX);
+                let healthy = names.iter().any(|n| !failed.contains(n.as_str()));
+                if healthy && r.target.saturating_sub(removing) < group.min_size {
+                    return Err(Error::BelowMin {
+                        group: group.id.clone(),
+                        current: r.target,
+                        removing,
+                        min: group.min_size,
+                    });
+                }
+                r.target = r.target.saturating_sub(removing);
+                r.failed.retain(|f| !names.contains(&f.name));
+                for n in &names {
+                    if live.contains(n) {
+                        r.deleting.push(n.clone());
+                    }
+                }
+                Ok(names)
+            })
+            .await?;
+        for name in names.iter().filter(|n| live.contains(*n)) {
+            self.delete_node(&group.id, name).await?;
+        }
+        let done: BTreeSet<String> = names.into_iter().collect();
+        self.update(group, |r| {
+            r.deleting.retain(|n| !done.contains(n));
+            Ok(())
+        })
+        .await?;
+        Ok(record.target)
+    }
+
+    async fn instances(&self, group: &NodeGroupSpec) -> Result<Vec<Instance>> {
+        self.materialize(group).await?;
+        let record = self.record(group).await?;
+        let nodes = self.list_nodes(&group.id).await?;
+        let mut out: Vec<Instance> = nodes
+            .iter()
+            .filter_map(|n| {
+                let name = n.metadata.name.clone()?;
+                let state =
+                    if record.deleting.contains(&name) || n.metadata.deletion_timestamp.is_some() {
+                        InstanceState::Deleting
+                    } else if is_ready(n) {
+                        InstanceState::Running
+                    } else {
+                        InstanceState::Creating
+                    };
+                Some(Instance {
+                    id: provider_id(&group.id, &name),
+                    node_name: name,
+                    state,
+                    error: None,
+                })
+            })
+            .collect();
+        out.extend(record.failed.iter().map(|f| Instance {
+            id: provider_id(&group.id, &f.name),
+            node_name: f.name.clone(),
+            state: InstanceState::Creating,
+            error: Some(InstanceError {
+                code: f.code,
+                message: f.message.clone(),
+            }),
+        }));
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    async fn lookup(&self, node: &NodeRef) -> Result<Option<NodeGroupId>> {
+        if !node.provider_id.is_empty() {
+            return Ok(parse_provider_id(&node.provider_id).map(|(g, _)| NodeGroupId::new(g)));
+        }
+        if node.name.is_empty() {
+            return Ok(None);
+        }
+        match self.nodes_api().get_opt(&node.name).await {
+            Ok(Some(n)) => Ok(n
+                .metadata
+                .labels
+                .as_ref()
+                .filter(|l| l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY))
+                .and_then(|l| l.get(labels::NODE_GROUP))
+                .map(NodeGroupId::new)),
+            Ok(None) => Ok(None),
+            Err(e) => Err(Self::backend_error(
+                &NodeGroupId::new(""),
+                "reading a node",
+                &e,
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids_round_trip() {
+        let id = provider_id(&NodeGroupId::new("h100-8x"), "h100-8x-ab12c");
+        assert_eq!(id, "kwok://h100-8x/h100-8x-ab12c");
+        assert_eq!(parse_provider_id(&id), Some(("h100-8x", "h100-8x-ab12c")));
+        assert_eq!(parse_provider_id("gangscaler-memory://g/g-00001"), None);
+        assert_eq!(parse_provider_id("kwok://no-slash"), None);
+    }
+
+    #[test]
+    fn group_records_round_trip_through_json_and_tolerate_missing_lists() {
+        let r = GroupRecord {
+            target: 3,
+            created: 2,
+            pending: vec![PendingNode {
+                name: "g-aaaaa".into(),
+                due_unix_ms: 5,
+            }],
+            failed: vec![FailedNode {
+                name: "g-bbbbb".into(),
+                code: ErrorCode::Stockout,
+                message: "m".into(),
+            }],
+            deleting: vec![],
+        };
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<GroupRecord>(&text).unwrap(), r);
+        let minimal: GroupRecord = serde_json::from_str(r#"{"target":2}"#).unwrap();
+        assert_eq!(minimal.target, 2);
+        assert!(minimal.pending.is_empty());
+    }
+
+    #[test]
+    fn random_suffixes_are_short_dns_safe_and_vary() {
+        let a: BTreeSet<String> = (0..50).map(|_| random_suffix()).collect();
+        assert!(a.len() > 40, "suffixes should rarely collide: {a:?}");
+        assert!(a.iter().all(|s| {
+            s.len() == 5
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        }));
+    }
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the e2e control-plane binaries from the Go module proxy into a cache keyed by version:
+#   $HOME/.cache/gangscaler/e2e/k8s-<version>/{kube-apiserver,kube-scheduler,kube-controller-manager}
+#   $HOME/.cache/gangscaler/e2e/etcd-<version>/etcd
+#   $HOME/.cache/gangscaler/e2e/kwok-<version>/kwok
+# A warm cache rebuilds nothing. Prints the binary directory of each part.
+#
+# The real cluster-autoscaler is NOT built: the Go module proxy refuses
+# k8s.io/autoscaler/cluster-autoscaler (HTTP 403 "This module version is not available").
+#
+# Usage: tests/e2e/build.sh [k8s-minor]   (default 1.36)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+minor=${1:-${E2E_K8S_MINOR:-1.36}}
+row_var="K8S_${minor/./_}"
+row=${!row_var:-}
+[ -n "$row" ] || { echo "no version row $row_var in versions.env" >&2; exit 2; }
+read -r _ k8s_version staging_version _ <<<"$row"
+export GOTOOLCHAIN=local CGO_ENABLED=0
+cache=${GANGSCALER_CACHE:-$HOME/.cache/gangscaler}/e2e
+log() { printf '[e2e-build] %s\n' "$*" >&2; }
+
+build_k8s() {
+  local out="$cache/k8s-$k8s_version"
+  if [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-scheduler" ] && [ -x "$out/kube-controller-manager" ]; then
+    echo "$out"; return
+  fi
+  log "building kube-apiserver, kube-scheduler, kube-controller-manager $k8s_version (cold: 15-30 min on 2 cores)"
+  mkdir -p "$out.tmp"
+  local p=k8s.io/component-base/version
+  local ld="-s -w -X $p.gitVersion=$k8s_version -X $p.gitMajor=1 -X $p.gitMinor=${minor#1.} -X $p.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version"
+  (cd "$here/tools/k8s-$minor" && go build -mod=mod -trimpath -ldflags "$ld" -o "$out.tmp/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager)
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  echo "$out"
+}
+
+build_etcd() {
+  local out="$cache/etcd-$ETCD_VERSION"
+  if [ -x "$out/etcd" ]; then echo "$out"; return; fi
+  log "building etcd $ETCD_VERSION"
+  mkdir -p "$out.tmp"
+  (cd "$here/tools/etcd" && go build -mod=mod -trimpath -ldflags "-s -w" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3)
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  echo "$out"
+}
+
+build_kwok() {
+  local out="$cache/kwok-$KWOK_VERSION"
+  if [ -x "$out/kwok" ]; then echo "$out"; return; fi
+  log "building kwok $KWOK_VERSION"
+  mkdir -p "$out.tmp"
+  GOBIN="$out.tmp" go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  echo "$out"
+}
+
+build_etcd
+build_kwok
+build_k8s
