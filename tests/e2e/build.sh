@@ -49,6 +49,8 @@ build_etcd() {
 
 build_kwok() {
   local out="$cache/kwok-$KWOK_VERSION"
+  # The harness reads kwok's stage YAMLs from the module source: make sure it is present.
+  (cd / && go mod download "sigs.k8s.io/kwok@$KWOK_VERSION")
   if [ -x "$out/kwok" ]; then echo "$out"; return; fi
   log "building kwok $KWOK_VERSION"
   mkdir -p "$out.tmp"
