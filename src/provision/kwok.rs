@@ -49,8 +49,9 @@ pub const CONTROLLER_ATTACH_ANNOTATION: &str =
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 const MANAGED_BY: &str = "gangscaler";
 const FIELD_MANAGER: &str = "gangscaler";
-/// Optimistic-concurrency retries before a state update gives up.
-const MAX_CONFLICT_RETRIES: usize = 16;
+/// Optimistic-concurrency retries before a state update gives up. Each retry waits a short
+/// random time so that many writers spread out instead of colliding again.
+const MAX_CONFLICT_RETRIES: usize = 64;
 
 /// Capacity requested but not created yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -324,6 +325,11 @@ impl KwokProvisioner {
                 Ok(_) => return Ok((record, out)),
                 Err(kube::Error::Api(s)) if s.is_conflict() => {
                     debug!(node_group.id = %group.id, "state update conflicted; retrying");
+                    let jitter = std::collections::hash_map::RandomState::new()
+                        .build_hasher()
+                        .finish()
+                        % 20;
+                    tokio::time::sleep(Duration::from_millis(5 + jitter)).await;
                 }
                 Err(e) => {
                     return Err(Self::backend_error(
@@ -657,7 +663,13 @@ impl KwokProvisioner {
                 .as_ref()
                 .map(|t| u64::try_from(t.0.as_millisecond()).unwrap_or(0))
                 .unwrap_or(0);
-            if created.saturating_add(duration_ms(attach.delay)) > now {
+            // creationTimestamp has whole-second precision: count from the end of that second
+            // so the simulated attach never comes earlier than the configured delay.
+            if created
+                .saturating_add(1000)
+                .saturating_add(duration_ms(attach.delay))
+                > now
+            {
                 continue;
             }
             let name = va.metadata.name.clone().unwrap_or_default();

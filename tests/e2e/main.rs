@@ -356,7 +356,8 @@ async fn the_simulated_attacher_attaches_or_fails_volume_attachments_on_its_node
         !fresh.status.is_some_and(|s| s.attached),
         "attach waits for the configured delay"
     );
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Creation timestamps have whole seconds, so the attacher counts from the end of that second.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
     p.simulate_attach(std::slice::from_ref(&g)).await.unwrap();
     let good = api.get("va-good").await.unwrap().status.unwrap();
     assert!(good.attached);
@@ -511,4 +512,27 @@ async fn a_pending_gpu_pod_runs_on_a_node_added_through_the_grpc_api_and_a_kill_
         parse_provider_id(&instances[0].id).map(|(_, n)| n),
         Some(node.as_str())
     );
+}
+
+#[tokio::test]
+#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
+async fn the_control_plane_serves_the_gang_scheduling_api_of_its_version_row() {
+    let cluster = Cluster::start("gang-api").await;
+    let client = cluster.client().await;
+    let want = harness::Versions::load().gang_api;
+    let (group, version) = want.split_once('/').unwrap();
+    let groups = client.list_api_groups().await.unwrap();
+    let served: Vec<String> = groups
+        .groups
+        .iter()
+        .filter(|g| g.name == group)
+        .flat_map(|g| g.versions.iter().map(|v| v.version.clone()))
+        .collect();
+    assert!(
+        served.iter().any(|v| v == version),
+        "{want} not served; {group} serves {served:?}"
+    );
+    let resources = client.list_api_group_resources(&want).await.unwrap();
+    let kinds: BTreeSet<String> = resources.resources.iter().map(|r| r.kind.clone()).collect();
+    assert!(kinds.contains("Workload"), "{want} kinds: {kinds:?}");
 }
