@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this). Needs Rust (cargo, rustfmt, clippy)
-# and Go 1.26 with access to crates.io and the Go module proxy; installs nothing else.
+# and Go 1.26 with access to the Rust and Go package registries; installs nothing else.
 # Build outputs are cached under $HOME/.cache/gangscaler so warm runs are quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."

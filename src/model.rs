@@ -1,12 +1,17 @@
 //! Domain types shared by every layer: node-group specs, quantities, template nodes and
 //! instances. Depends only on std and serde: no async, no Kubernetes client, no protobuf.
 
+pub mod gang;
 pub mod instance;
 pub mod labels;
 pub mod node_group;
 pub mod quantity;
 pub mod template;
 
+pub use gang::{
+    Gang, GangRef, Member, PodDemand, SelectorOperator, SelectorRequirement, Toleration,
+    TolerationOperator,
+};
 pub use instance::{ErrorClass, ErrorCode, Instance, InstanceError, InstanceState};
 pub use node_group::{
     AttachSimulation, AutoscalingOptionOverrides, AutoscalingOptions, BackendSpec, Capacity,

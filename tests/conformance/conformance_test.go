@@ -7,7 +7,7 @@
 //
 //	$ go mod download -json k8s.io/autoscaler/cluster-autoscaler@v0.0.0-20260722070747-35e8a280425c
 //	"Error": "k8s.io/autoscaler/cluster-autoscaler@v0.0.0-20260722070747-35e8a280425c:
-//	  reading https://proxy.golang.org/k8s.io/autoscaler/cluster-autoscaler/@v/v0.0.0-20260722070747-35e8a280425c.info:
+//	  reading <the Go module proxy>/k8s.io/autoscaler/cluster-autoscaler/@v/v0.0.0-20260722070747-35e8a280425c.info:
 //	  403 Forbidden\n\tserver response: This module version is not available."
 //
 // Instead, requests are hand-encoded with google.golang.org/protobuf/encoding/protowire
