@@ -1,0 +1,193 @@
+//! The one internal model of a gang (a group of pods useless until `min_count` of them run
+//! together), whatever scheduling API version it came from, and of what each member pod needs
+//! from a node. Built by `cluster` adapters; consumed by the pure `planner`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::node_group::TaintEffect;
+
+/// Where a gang comes from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GangRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name: the PodGroup's name, or `<workload>/<podGroup>[/<replicaKey>]` for a Workload's
+    /// pod group (v1alpha1).
+    pub name: String,
+    /// API version of the object, e.g. `scheduling.k8s.io/v1alpha2`.
+    pub api_version: String,
+    /// Kind of the object that carries the policy: `PodGroup` or `Workload`.
+    pub kind: String,
+}
+
+impl fmt::Display for GangRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Operator of a node-selector requirement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SelectorOperator {
+    /// Label value is one of the values.
+    In,
+    /// Label value is none of the values (or the label is absent).
+    NotIn,
+    /// Label is present.
+    Exists,
+    /// Label is absent.
+    DoesNotExist,
+    /// Label value, as an integer, is greater than the single value.
+    Gt,
+    /// Label value, as an integer, is less than the single value.
+    Lt,
+}
+
+/// One requirement of a required node-affinity term.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SelectorRequirement {
+    /// Label key.
+    pub key: String,
+    /// Operator.
+    pub operator: SelectorOperator,
+    /// Values (meaning depends on the operator).
+    pub values: Vec<String>,
+}
+
+impl SelectorRequirement {
+    /// Whether a node with `labels` satisfies this requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        let int = |s: &str| s.parse::<i64>().ok();
+        match self.operator {
+            SelectorOperator::In => value.is_some_and(|v| self.values.contains(v)),
+            SelectorOperator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
+            SelectorOperator::Exists => value.is_some(),
+            SelectorOperator::DoesNotExist => value.is_none(),
+            SelectorOperator::Gt | SelectorOperator::Lt => {
+                let (Some(v), Some(bound)) = (
+                    value.and_then(|v| int(v)),
+                    self.values.first().and_then(|b| int(b)),
+                ) else {
+                    return false;
+                };
+                if self.operator == SelectorOperator::Gt {
+                    v > bound
+                } else {
+                    v < bound
+                }
+            }
+        }
+    }
+}
+
+/// Toleration operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum TolerationOperator {
+    /// Key and value must match.
+    Equal,
+    /// Key must match (an empty key matches every taint).
+    Exists,
+}
+
+/// A pod toleration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Toleration {
+    /// Taint key; empty with `Exists` tolerates everything.
+    pub key: String,
+    /// Operator.
+    pub operator: TolerationOperator,
+    /// Value for `Equal`.
+    pub value: String,
+    /// Effect; `None` tolerates every effect.
+    pub effect: Option<TaintEffect>,
+}
+
+impl Toleration {
+    /// Whether this toleration tolerates a taint.
+    pub fn tolerates(&self, key: &str, value: &str, effect: TaintEffect) -> bool {
+        if self.effect.is_some_and(|e| e != effect) {
+            return false;
+        }
+        match self.operator {
+            TolerationOperator::Exists => self.key.is_empty() || self.key == key,
+            TolerationOperator::Equal => self.key == key && self.value == value,
+        }
+    }
+}
+
+/// What one pod needs from a node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodDemand {
+    /// CPU request in millicores.
+    pub cpu_milli: u64,
+    /// Memory request in bytes.
+    pub memory_bytes: u64,
+    /// Ephemeral-storage request in bytes.
+    pub ephemeral_storage_bytes: u64,
+    /// Extended resources (GPUs, RDMA devices, RDMA bandwidth, ...) by name, in whole units.
+    pub extended: BTreeMap<String, u64>,
+    /// Attachable volumes per CSI driver (PVCs, generic ephemeral volumes).
+    pub volumes: BTreeMap<String, u32>,
+    /// `spec.nodeSelector`.
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node-affinity terms: the node must match at least one term (all of whose
+    /// requirements hold). Empty means no requirement.
+    pub affinity_terms: Vec<Vec<SelectorRequirement>>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+}
+
+/// A member pod of a gang.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Member {
+    /// Pod name.
+    pub pod: String,
+    /// Node the pod is bound to, if any.
+    pub node: Option<String>,
+    /// What it needs.
+    pub demand: PodDemand,
+}
+
+/// A gang in the internal model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Gang {
+    /// Identity.
+    pub id: GangRef,
+    /// Members that must run together.
+    pub min_count: u32,
+    /// Pods that belong to the gang (bound or not).
+    pub members: Vec<Member>,
+    /// Scheduling priority (higher first).
+    pub priority: i32,
+    /// Creation time, unix seconds.
+    pub created_unix: i64,
+    /// All members must share one value of this node label, when set.
+    pub topology_key: Option<String>,
+    /// The scheduler reports the gang scheduled.
+    pub scheduled: bool,
+}
+
+impl Gang {
+    /// Members not bound to a node yet.
+    pub fn unbound(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(|m| m.node.is_none())
+    }
+
+    /// Members bound to a node.
+    pub fn bound_count(&self) -> u32 {
+        u32::try_from(self.members.iter().filter(|m| m.node.is_some()).count()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether more members must be placed for the gang to reach `min_count`.
+    pub fn is_pending(&self) -> bool {
+        !self.scheduled && self.bound_count() < self.min_count
+    }
+}
