@@ -16,6 +16,7 @@
 //! - [`server`]: wires TLS, the gRPC server, the HTTP endpoints and shutdown.
 
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod grpc;

@@ -32,6 +32,8 @@ pub struct Versions {
     pub k8s: String,
     /// The gang-scheduling API group/version served, e.g. `scheduling.k8s.io/v1alpha2`.
     pub gang_api: String,
+    /// Feature gates for every component, e.g. `GenericWorkload=true,GangScheduling=true`.
+    pub gates: String,
     /// `v3.6.14`.
     pub etcd: String,
     /// `v0.8.0`.
@@ -59,6 +61,7 @@ impl Versions {
             minor,
             k8s: cols[1].to_owned(),
             gang_api: cols[3].to_owned(),
+            gates: cols[4].to_owned(),
             etcd: var("ETCD_VERSION"),
             kwok: var("KWOK_VERSION"),
         }
@@ -307,7 +310,7 @@ impl Cluster {
         ]);
         cluster.procs.push(Proc::spawn_logged("etcd", &dir, etcd));
 
-        let gates = "GenericWorkload=true,GangScheduling=true";
+        let gates = versions.gates.clone();
         let d = |f: &str| dir.join(f).display().to_string();
         let mut api = Command::new(versions.bin("k8s", "kube-apiserver"));
         api.args([

@@ -1,0 +1,427 @@
+//! [`demand`]: what one pod needs from a node, computed as the scheduler does.
+//!
+//! - **Resources**: `max(sum of app containers and sidecars, max over init containers)`
+//!   plus `spec.overhead`, where a sidecar (an init container with `restartPolicy: Always`)
+//!   also adds to every later init container, and pod-level `spec.resources.requests`
+//!   replace the container sum for `cpu`, `memory` and hugepages (the scheduler's
+//!   `PodRequests`). A container's (or the pod's) missing request defaults to its limit, as
+//!   the API server defaults it, so extended resources given only as limits count. In-place
+//!   resize status (`status.containerStatuses[].allocatedResources`) is not consulted.
+//! - **Placement**: `spec.nodeSelector`; required node affinity
+//!   (`requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`); tolerations.
+//!   `matchFields` (only `metadata.name` exists) cannot be a node label, so each becomes a
+//!   requirement on the pseudo-label `field:<path>`, which no node carries: `In` matches no
+//!   node we could create (right for DaemonSet pods pinned to an existing node) and `NotIn`
+//!   matches every one. An empty term matches no node, as in Kubernetes.
+//! - **Attachable volumes** per CSI driver, counting each claim once: a PVC bound to a PV
+//!   counts for the PV's `spec.csi.driver`; an unbound PVC (e.g. `WaitForFirstConsumer`)
+//!   for its StorageClass's provisioner; a generic ephemeral volume for its PVC
+//!   `<pod>-<volume>` if it exists, else for its template's StorageClass. In-tree sources and
+//!   provisioners that CSI migration maps (EBS, GCE PD, Azure Disk, Cinder, vSphere) count
+//!   for the CSI driver they migrate to. A driver whose CSIDriver says `attachRequired: false`
+//!   is skipped; a driver with no CSIDriver object counts, since attach is the default.
+//!   Inline CSI volumes (`volumes[].csi`) do not count: they are never attached (no
+//!   VolumeAttachment; the kubelet publishes them directly) and the scheduler's CSI limits
+//!   plugin counts only PVC-backed, generic ephemeral and migrated in-tree volumes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    Container, NodeSelectorRequirement, PersistentVolume, Pod, PodSpec, ResourceRequirements,
+    Volume,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+
+use super::objects::{DEFAULT_NAMESPACE, ObjectSet};
+use super::problem::Issue;
+use crate::model::quantity::Quantity;
+use crate::model::{
+    PodDemand, SelectorOperator, SelectorRequirement, TaintEffect, Toleration, TolerationOperator,
+};
+
+/// Prefix of the pseudo-label a `matchFields` requirement is written on.
+pub(crate) const FIELD_KEY_PREFIX: &str = "field:";
+
+/// In-tree volume plugins and the CSI drivers CSI migration translates them to.
+const MIGRATED: [(&str, &str); 5] = [
+    ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
+    ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+    ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
+    ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+    ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
+];
+
+/// Resources that pod-level `spec.resources` may set.
+fn pod_level(resource: &str) -> bool {
+    resource == "cpu" || resource == "memory" || resource.starts_with("hugepages-")
+}
+
+/// What `pod` needs from a node, looking volumes up in `objects`. Unparsable quantities count
+/// as zero and missing claims count toward no driver; [`gangs`](super::gangs) reports both.
+pub fn demand(pod: &Pod, objects: &ObjectSet) -> PodDemand {
+    compute(pod, objects).0
+}
+
+/// [`demand`], with the issues found on the way.
+pub(crate) fn compute(pod: &Pod, objects: &ObjectSet) -> (PodDemand, Vec<Issue>) {
+    let mut issues = Vec::new();
+    let Some(spec) = pod.spec.as_ref() else {
+        return (PodDemand::default(), issues);
+    };
+    let mut demand = PodDemand::default();
+    resources(spec, &mut demand, &mut issues);
+    demand.node_selector = spec.node_selector.clone().unwrap_or_default();
+    demand.affinity_terms = affinity_terms(spec, &mut issues);
+    demand.tolerations = spec
+        .tolerations
+        .iter()
+        .flatten()
+        .filter_map(toleration)
+        .collect();
+    demand.volumes = volumes(pod, spec, objects, &mut issues);
+    (demand, issues)
+}
+
+/// Resource totals in thousandths of a unit, by resource name.
+type Totals = BTreeMap<String, u64>;
+
+fn resources(spec: &PodSpec, demand: &mut PodDemand, issues: &mut Vec<Issue>) {
+    let mut total = Totals::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        add(
+            &mut total,
+            &container_requests(c, &format!("spec.containers[{i}]"), issues),
+        );
+    }
+    let mut sidecars = Totals::new();
+    let mut init_peak = Totals::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let requests = container_requests(c, &format!("spec.initContainers[{i}]"), issues);
+        // While an init container runs, the sidecars started before it run too.
+        let running = if c.restart_policy.as_deref() == Some("Always") {
+            add(&mut total, &requests);
+            add(&mut sidecars, &requests);
+            sidecars.clone()
+        } else {
+            let mut running = sidecars.clone();
+            add(&mut running, &requests);
+            running
+        };
+        for (name, value) in running {
+            let peak = init_peak.entry(name).or_default();
+            *peak = (*peak).max(value);
+        }
+    }
+    for (name, value) in init_peak {
+        let slot = total.entry(name).or_default();
+        *slot = (*slot).max(value);
+    }
+    if let Some(pod_resources) = spec.resources.as_ref() {
+        for (name, value) in requests(pod_resources, "spec.resources", issues) {
+            if pod_level(&name) {
+                total.insert(name, value);
+            }
+        }
+    }
+    if let Some(overhead) = spec.overhead.as_ref() {
+        for (name, q) in overhead {
+            let value = milli(q, &format!("spec.overhead.{name}"), issues);
+            *total.entry(name.clone()).or_default() += value;
+        }
+    }
+    for (name, value) in total {
+        let units = value.div_ceil(1000);
+        match name.as_str() {
+            "cpu" => demand.cpu_milli = value,
+            "memory" => demand.memory_bytes = units,
+            "ephemeral-storage" => demand.ephemeral_storage_bytes = units,
+            _ if value > 0 => {
+                demand.extended.insert(name, units);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn container_requests(c: &Container, path: &str, issues: &mut Vec<Issue>) -> Totals {
+    match c.resources.as_ref() {
+        Some(r) => requests(r, &format!("{path}.resources"), issues),
+        None => Totals::new(),
+    }
+}
+
+/// Requests, each missing one defaulted to its limit (API-server defaulting).
+fn requests(r: &ResourceRequirements, path: &str, issues: &mut Vec<Issue>) -> Totals {
+    let mut out = Totals::new();
+    for (name, q) in r.requests.iter().flatten() {
+        out.insert(
+            name.clone(),
+            milli(q, &format!("{path}.requests.{name}"), issues),
+        );
+    }
+    for (name, q) in r.limits.iter().flatten() {
+        if !out.contains_key(name) {
+            out.insert(
+                name.clone(),
+                milli(q, &format!("{path}.limits.{name}"), issues),
+            );
+        }
+    }
+    out
+}
+
+fn milli(q: &K8sQuantity, path: &str, issues: &mut Vec<Issue>) -> u64 {
+    Quantity::parse(&q.0).map_or_else(
+        |_| {
+            issues.push(Issue::InvalidQuantity {
+                path: path.to_owned(),
+                value: q.0.clone(),
+            });
+            0
+        },
+        Quantity::milli,
+    )
+}
+
+fn add(total: &mut Totals, more: &Totals) {
+    for (name, value) in more {
+        let slot = total.entry(name.clone()).or_default();
+        *slot = slot.saturating_add(*value);
+    }
+}
+
+fn affinity_terms(spec: &PodSpec, issues: &mut Vec<Issue>) -> Vec<Vec<SelectorRequirement>> {
+    let Some(required) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+    else {
+        return Vec::new();
+    };
+    let base = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+    let mut terms = Vec::new();
+    for (t, term) in required.node_selector_terms.iter().enumerate() {
+        let path = format!("{base}.nodeSelectorTerms[{t}]");
+        let mut term_reqs = Vec::new();
+        for (e, expr) in term.match_expressions.iter().flatten().enumerate() {
+            let path = format!("{path}.matchExpressions[{e}].operator");
+            term_reqs.push(requirement(expr, expr.key.clone(), &path, issues));
+        }
+        for (f, field) in term.match_fields.iter().flatten().enumerate() {
+            let path = format!("{path}.matchFields[{f}].operator");
+            let key = format!("{FIELD_KEY_PREFIX}{}", field.key);
+            term_reqs.push(requirement(field, key, &path, issues));
+        }
+        // An empty term matches no node; leaving it out of the OR says exactly that.
+        if !term_reqs.is_empty() {
+            terms.push(term_reqs);
+        }
+    }
+    if terms.is_empty() {
+        // Required affinity whose every term is empty: no node matches.
+        terms.push(vec![matches_nothing()]);
+    }
+    terms
+}
+
+fn requirement(
+    expr: &NodeSelectorRequirement,
+    key: String,
+    path: &str,
+    issues: &mut Vec<Issue>,
+) -> SelectorRequirement {
+    let operator = match expr.operator.as_str() {
+        "In" => SelectorOperator::In,
+        "NotIn" => SelectorOperator::NotIn,
+        "Exists" => SelectorOperator::Exists,
+        "DoesNotExist" => SelectorOperator::DoesNotExist,
+        "Gt" => SelectorOperator::Gt,
+        "Lt" => SelectorOperator::Lt,
+        other => {
+            issues.push(Issue::InvalidOperator {
+                path: path.to_owned(),
+                operator: other.to_owned(),
+            });
+            return matches_nothing();
+        }
+    };
+    SelectorRequirement {
+        key,
+        operator,
+        values: expr.values.clone().unwrap_or_default(),
+    }
+}
+
+/// A requirement no node satisfies.
+fn matches_nothing() -> SelectorRequirement {
+    SelectorRequirement {
+        key: format!("{FIELD_KEY_PREFIX}metadata.name"),
+        operator: SelectorOperator::In,
+        values: Vec::new(),
+    }
+}
+
+/// The model toleration; `None` for an effect we do not know (it tolerates nothing).
+fn toleration(t: &k8s_openapi::api::core::v1::Toleration) -> Option<Toleration> {
+    let effect = match t.effect.as_deref() {
+        None | Some("") => None,
+        Some(e) => Some(TaintEffect::parse(e)?),
+    };
+    let operator = match t.operator.as_deref() {
+        Some("Exists") => TolerationOperator::Exists,
+        _ => TolerationOperator::Equal,
+    };
+    Some(Toleration {
+        key: t.key.clone().unwrap_or_default(),
+        operator,
+        value: t.value.clone().unwrap_or_default(),
+        effect,
+    })
+}
+
+fn volumes(
+    pod: &Pod,
+    spec: &PodSpec,
+    objects: &ObjectSet,
+    issues: &mut Vec<Issue>,
+) -> BTreeMap<String, u32> {
+    let namespace = pod
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or(DEFAULT_NAMESPACE);
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    // (driver, identity): a claim or disk used by two volumes of the pod counts once.
+    let mut attached: BTreeSet<(String, String)> = BTreeSet::new();
+    for volume in spec.volumes.iter().flatten() {
+        let found = if let Some(source) = volume.persistent_volume_claim.as_ref() {
+            let claim = &source.claim_name;
+            if objects.pvc(namespace, claim).is_none() {
+                issues.push(Issue::ClaimNotFound {
+                    claim: claim.clone(),
+                });
+            }
+            claim_driver(objects, namespace, claim, None).map(|d| (d, format!("pvc:{claim}")))
+        } else if let Some(ephemeral) = volume.ephemeral.as_ref() {
+            // The ephemeral-volume controller names the claim `<pod>-<volume>`.
+            let claim = format!("{pod_name}-{}", volume.name);
+            let template_class = ephemeral
+                .volume_claim_template
+                .as_ref()
+                .map(|t| t.spec.storage_class_name.clone());
+            claim_driver(objects, namespace, &claim, template_class)
+                .map(|d| (d, format!("pvc:{claim}")))
+        } else {
+            inline_in_tree(volume)
+        };
+        if let Some((driver, identity)) = found
+            && attach_required(objects, &driver)
+        {
+            attached.insert((driver, identity));
+        }
+    }
+    let mut counts = BTreeMap::new();
+    for (driver, _) in attached {
+        *counts.entry(driver).or_insert(0u32) += 1;
+    }
+    counts
+}
+
+/// The CSI driver behind claim `namespace/claim`: the bound PV's driver, else the provisioner
+/// of its StorageClass. `template_class` stands in for a claim that does not exist yet
+/// (`Some(None)`: a template without a class, which gets the default class).
+fn claim_driver(
+    objects: &ObjectSet,
+    namespace: &str,
+    claim: &str,
+    template_class: Option<Option<String>>,
+) -> Option<String> {
+    let class = match objects.pvc(namespace, claim) {
+        Some(pvc) => {
+            let spec = pvc.spec.as_ref();
+            let bound_pv = spec
+                .and_then(|s| s.volume_name.as_deref())
+                .filter(|n| !n.is_empty())
+                .and_then(|n| objects.pv(n));
+            if let Some(pv) = bound_pv {
+                return pv_driver(pv);
+            }
+            // The beta annotation predates the field and still wins when both are set.
+            let annotated = pvc
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class"))
+                .cloned();
+            annotated.or_else(|| spec.and_then(|s| s.storage_class_name.clone()))
+        }
+        None => template_class?,
+    };
+    let class = match class {
+        // "" asks for no class: only a pre-provisioned PV can bind; its driver is unknown.
+        Some(name) if name.is_empty() => return None,
+        Some(name) => objects.storage_class(&name)?,
+        None => objects.default_storage_class()?,
+    };
+    Some(migrated(&class.provisioner).to_owned())
+}
+
+/// The CSI driver of a PV (a migrated in-tree source counts for its CSI driver).
+fn pv_driver(pv: &PersistentVolume) -> Option<String> {
+    let spec = pv.spec.as_ref()?;
+    if let Some(csi) = spec.csi.as_ref() {
+        return Some(csi.driver.clone());
+    }
+    let plugin = if spec.aws_elastic_block_store.is_some() {
+        "kubernetes.io/aws-ebs"
+    } else if spec.gce_persistent_disk.is_some() {
+        "kubernetes.io/gce-pd"
+    } else if spec.azure_disk.is_some() {
+        "kubernetes.io/azure-disk"
+    } else if spec.cinder.is_some() {
+        "kubernetes.io/cinder"
+    } else if spec.vsphere_volume.is_some() {
+        "kubernetes.io/vsphere-volume"
+    } else {
+        return None;
+    };
+    Some(migrated(plugin).to_owned())
+}
+
+/// An inline in-tree disk that CSI migration attaches through a CSI driver, with its identity.
+fn inline_in_tree(volume: &Volume) -> Option<(String, String)> {
+    let (plugin, identity) = if let Some(v) = volume.aws_elastic_block_store.as_ref() {
+        ("kubernetes.io/aws-ebs", v.volume_id.clone())
+    } else if let Some(v) = volume.gce_persistent_disk.as_ref() {
+        ("kubernetes.io/gce-pd", v.pd_name.clone())
+    } else if let Some(v) = volume.azure_disk.as_ref() {
+        ("kubernetes.io/azure-disk", v.disk_uri.clone())
+    } else if let Some(v) = volume.cinder.as_ref() {
+        ("kubernetes.io/cinder", v.volume_id.clone())
+    } else if let Some(v) = volume.vsphere_volume.as_ref() {
+        ("kubernetes.io/vsphere-volume", v.volume_path.clone())
+    } else {
+        return None;
+    };
+    Some((migrated(plugin).to_owned(), format!("inline:{identity}")))
+}
+
+/// The CSI driver an in-tree plugin migrates to; other names are returned unchanged.
+fn migrated(provisioner: &str) -> &str {
+    MIGRATED
+        .iter()
+        .find(|(in_tree, _)| *in_tree == provisioner)
+        .map_or(provisioner, |(_, csi)| csi)
+}
+
+/// `attachRequired` of the driver's CSIDriver; true without one.
+fn attach_required(objects: &ObjectSet, driver: &str) -> bool {
+    objects
+        .csi_driver(driver)
+        .and_then(|d| d.spec.attach_required)
+        != Some(false)
+}

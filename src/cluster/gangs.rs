@@ -1,0 +1,412 @@
+//! [`gangs`]: the version-free join of pods to the groups the adapters read, giving the
+//! internal [`Gang`]s, the ungrouped pending pods and every [`Problem`] found on the way.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::adapters::{self, GroupDef, GroupKey, Policy, Reading, ScheduledCondition};
+use super::demand::compute;
+use super::objects::{DEFAULT_NAMESPACE, ObjectSet, PodRecord};
+use super::problem::{Issue, ObjectRef, Problem};
+use crate::model::{Gang, GangRef, Member, PodDemand};
+
+/// How long a True scheduled condition is trusted while fewer than `minCount` members are
+/// bound (binding, volume provisioning and attach take time after the scheduler admits a
+/// group). After that the condition is stale: both `PodGroupScheduled` (v1alpha2) and
+/// `PodGroupInitiallyScheduled` (v1alpha3/v1beta1) report only the first decision and stay
+/// True when members are later evicted and recreated. Equal to the scheduler's 5-minute
+/// gang Permit timeout.
+pub const SCHEDULED_GRACE_SECS: i64 = 300;
+
+/// Everything the planner needs to know about gangs in one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GangView {
+    /// Gangs, sorted by [`GangRef`]; members sorted by pod name. A gang object no live pod
+    /// names yet is a gang with no members.
+    pub gangs: Vec<Gang>,
+    /// Unbound, ungated pods in no gang (no group link, or a group with the basic policy),
+    /// as `namespace/name`, sorted.
+    pub ungrouped_pending: Vec<(String, PodDemand)>,
+    /// Problems, sorted. Pods held out of both lists are named in the problem that holds them.
+    pub problems: Vec<Problem>,
+}
+
+/// Builds the gang view of `objects` at `now_unix` (used to age scheduled conditions, see
+/// [`SCHEDULED_GRACE_SECS`], and as the creation time of objects that lack one).
+///
+/// Only live pods count: not `Succeeded`/`Failed` and not being deleted. A pod naming a
+/// group that does not exist (yet), or whose object is unreadable or of an unsupported
+/// version, is held out of both lists and named in a [`Problem`]: it belongs to a gang we
+/// cannot see, and the scheduler will not place it alone either.
+pub fn gangs(objects: &ObjectSet, now_unix: i64) -> GangView {
+    let mut join = Join::default();
+    join.read_groups(objects);
+    join.join_pods(objects);
+    join.finish(now_unix)
+}
+
+/// Member pods of one gang instance, with their demand.
+type Members<'a> = Vec<(&'a Pod, PodDemand)>;
+
+/// A group as known after reading every object: the most preferred version wins.
+struct Known {
+    rank: usize,
+    api_version: String,
+    kind: String,
+    state: Result<GroupDef, usize>,
+}
+
+#[derive(Default)]
+struct Join<'a> {
+    groups: BTreeMap<GroupKey, Known>,
+    /// Workloads seen, by (namespace, name), with their apiVersion.
+    workloads: BTreeMap<(String, String), String>,
+    problems: Vec<Problem>,
+    /// Members per gang instance (group key, replica key).
+    buckets: BTreeMap<(GroupKey, Option<String>), Members<'a>>,
+    /// Pods naming a group that does not exist.
+    missing: BTreeMap<(ObjectRef, Issue), Vec<String>>,
+    ungrouped: Vec<(String, PodDemand)>,
+}
+
+impl<'a> Join<'a> {
+    fn read_groups(&mut self, objects: &ObjectSet) {
+        for object in objects.gang_objects() {
+            let source = ObjectRef::new(
+                Some(object.api_version()),
+                object.kind(),
+                object.namespace(),
+                object.name(),
+            );
+            if object.kind() == "Workload" {
+                self.workloads.insert(
+                    (object.namespace().to_owned(), object.name().to_owned()),
+                    object.api_version().to_owned(),
+                );
+            }
+            let Some((rank, adapter)) = adapters::for_api_version(object.api_version()) else {
+                let index = self.problem(source, Issue::UnsupportedApiVersion);
+                if object.kind() == "PodGroup" {
+                    // Pods naming it are held out as "unsupported", not "missing".
+                    let key = GroupKey::PodGroup {
+                        namespace: object.namespace().to_owned(),
+                        name: object.name().to_owned(),
+                    };
+                    self.know(
+                        key,
+                        usize::MAX,
+                        object.api_version(),
+                        "PodGroup",
+                        Err(index),
+                    );
+                }
+                continue;
+            };
+            for reading in adapter.read(object) {
+                match reading {
+                    Reading::Group(def) => {
+                        let key = def.key.clone();
+                        self.know(key, rank, object.api_version(), object.kind(), Ok(def));
+                    }
+                    Reading::Broken { key, issue } => {
+                        let index = self.problem(source.clone(), issue);
+                        self.know(key, rank, object.api_version(), object.kind(), Err(index));
+                    }
+                    Reading::Problem(issue) => {
+                        self.problem(source.clone(), issue);
+                    }
+                }
+            }
+        }
+    }
+
+    fn problem(&mut self, object: ObjectRef, issue: Issue) -> usize {
+        self.problems.push(Problem::new(object, issue));
+        self.problems.len() - 1
+    }
+
+    fn know(
+        &mut self,
+        key: GroupKey,
+        rank: usize,
+        api_version: &str,
+        kind: &str,
+        state: Result<GroupDef, usize>,
+    ) {
+        if self.groups.get(&key).is_some_and(|k| k.rank <= rank) {
+            return;
+        }
+        let known = Known {
+            rank,
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            state,
+        };
+        self.groups.insert(key, known);
+    }
+
+    fn join_pods(&mut self, objects: &'a ObjectSet) {
+        for record in objects.pod_records() {
+            let pod = &record.pod;
+            if !is_live(pod) {
+                continue;
+            }
+            let namespace = pod
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or(DEFAULT_NAMESPACE);
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            let full_name = format!("{namespace}/{name}");
+            let Some((key, replica)) = link(record, namespace) else {
+                self.ungrouped(objects, pod, full_name);
+                continue;
+            };
+            let found = self.groups.get(&key).map(|k| match &k.state {
+                Ok(def) => Ok(def.policy),
+                Err(index) => Err(*index),
+            });
+            match found {
+                Some(Ok(Policy::Basic)) => self.ungrouped(objects, pod, full_name),
+                Some(Ok(Policy::Gang { .. })) => {
+                    let demand = self.demand(objects, pod, &full_name);
+                    self.buckets
+                        .entry((key, replica))
+                        .or_default()
+                        .push((pod, demand));
+                }
+                Some(Err(index)) => self.problems[index].held_out.push(full_name),
+                None => {
+                    let missing = self.missing_ref(&key);
+                    self.missing.entry(missing).or_default().push(full_name);
+                }
+            }
+        }
+    }
+
+    fn ungrouped(&mut self, objects: &ObjectSet, pod: &Pod, full_name: String) {
+        let spec = pod.spec.as_ref();
+        let bound = spec
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        // A gated pod is not tried by the scheduler (nor by Cluster Autoscaler) until its
+        // gates are removed.
+        let gated = spec
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
+        if !bound && !gated {
+            let demand = self.demand(objects, pod, &full_name);
+            self.ungrouped.push((full_name, demand));
+        }
+    }
+
+    fn demand(&mut self, objects: &ObjectSet, pod: &Pod, full_name: &str) -> PodDemand {
+        let (demand, issues) = compute(pod, objects);
+        let (namespace, name) = full_name.split_once('/').unwrap_or(("", full_name));
+        for issue in issues {
+            self.problem(ObjectRef::new(Some("v1"), "Pod", namespace, name), issue);
+        }
+        demand
+    }
+
+    /// The problem for pods naming a group nobody defines.
+    fn missing_ref(&self, key: &GroupKey) -> (ObjectRef, Issue) {
+        match key {
+            GroupKey::PodGroup { namespace, name } => (
+                ObjectRef::new(None, "PodGroup", namespace, name),
+                Issue::GroupNotFound,
+            ),
+            GroupKey::WorkloadPodGroup {
+                namespace,
+                workload,
+                pod_group,
+            } => match self.workloads.get(&(namespace.clone(), workload.clone())) {
+                Some(api_version) => (
+                    ObjectRef::new(Some(api_version), "Workload", namespace, workload),
+                    Issue::PodGroupNotInWorkload {
+                        pod_group: pod_group.clone(),
+                    },
+                ),
+                None => (
+                    ObjectRef::new(None, "Workload", namespace, workload),
+                    Issue::GroupNotFound,
+                ),
+            },
+        }
+    }
+
+    fn finish(mut self, now_unix: i64) -> GangView {
+        let mut gangs = Vec::new();
+        let mut buckets = std::mem::take(&mut self.buckets);
+        for (key, known) in &self.groups {
+            let Ok(def) = &known.state else { continue };
+            let Policy::Gang { min_count } = def.policy else {
+                continue;
+            };
+            // Every instance pods formed; a group no pod names yet is one empty gang.
+            let mut instances: Vec<(Option<String>, Members<'_>)> = Vec::new();
+            let replicas: BTreeSet<Option<String>> = buckets
+                .keys()
+                .filter(|(k, _)| k == key)
+                .map(|(_, r)| r.clone())
+                .collect();
+            for replica in replicas {
+                let members = buckets
+                    .remove(&(key.clone(), replica.clone()))
+                    .unwrap_or_default();
+                instances.push((replica, members));
+            }
+            if instances.is_empty() {
+                instances.push((None, Vec::new()));
+            }
+            for (replica, members) in instances {
+                gangs.push(build_gang(
+                    known,
+                    def,
+                    min_count,
+                    replica.as_deref(),
+                    members,
+                    now_unix,
+                ));
+            }
+        }
+        for ((object, issue), mut pods) in self.missing {
+            pods.sort();
+            let mut problem = Problem::new(object, issue);
+            problem.held_out = pods;
+            self.problems.push(problem);
+        }
+        for problem in &mut self.problems {
+            problem.held_out.sort();
+        }
+        gangs.sort_by(|a, b| a.id.cmp(&b.id));
+        self.problems.sort();
+        self.ungrouped.sort_by(|a, b| a.0.cmp(&b.0));
+        GangView {
+            gangs,
+            ungrouped_pending: self.ungrouped,
+            problems: self.problems,
+        }
+    }
+}
+
+fn build_gang(
+    known: &Known,
+    def: &GroupDef,
+    min_count: u32,
+    replica: Option<&str>,
+    mut members: Members<'_>,
+    now_unix: i64,
+) -> Gang {
+    members.sort_by(|a, b| a.0.metadata.name.cmp(&b.0.metadata.name));
+    let (namespace, name) = match &def.key {
+        GroupKey::PodGroup { namespace, name } => (namespace.clone(), name.clone()),
+        GroupKey::WorkloadPodGroup {
+            namespace,
+            workload,
+            pod_group,
+        } => {
+            let mut name = format!("{workload}/{pod_group}");
+            if let Some(replica) = replica {
+                name = format!("{name}/{replica}");
+            }
+            (namespace.clone(), name)
+        }
+    };
+    // Without a group priority (the field is feature-gated), the pods' resolved priority is
+    // what the scheduler orders by.
+    let priority = def
+        .priority
+        .or_else(|| {
+            members
+                .iter()
+                .filter_map(|(p, _)| p.spec.as_ref()?.priority)
+                .max()
+        })
+        .unwrap_or(0);
+    let first_pod = members
+        .iter()
+        .filter_map(|(p, _)| Some(p.metadata.creation_timestamp.as_ref()?.0.as_second()))
+        .min();
+    // A replica gang comes into being with its first pod, not with its (older) Workload.
+    let created_unix = if replica.is_some() {
+        def.created_unix.max(first_pod)
+    } else {
+        def.created_unix.or(first_pod)
+    }
+    .unwrap_or(now_unix);
+    let members: Vec<Member> = members
+        .into_iter()
+        .map(|(pod, demand)| Member {
+            pod: pod.metadata.name.clone().unwrap_or_default(),
+            node: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty()),
+            demand,
+        })
+        .collect();
+    let bound = members.iter().filter(|m| m.node.is_some()).count();
+    let scheduled = def
+        .scheduled
+        .is_some_and(|c| trust_scheduled(c, bound, min_count, now_unix));
+    Gang {
+        id: GangRef {
+            namespace,
+            name,
+            api_version: known.api_version.clone(),
+            kind: known.kind.clone(),
+        },
+        min_count,
+        members,
+        priority,
+        created_unix,
+        topology_key: def.topology_key.clone(),
+        scheduled,
+    }
+}
+
+/// Whether a scheduled condition still says the gang needs nothing: True, and either the
+/// gang is whole or the condition is fresh (see [`SCHEDULED_GRACE_SECS`]).
+fn trust_scheduled(condition: ScheduledCondition, bound: usize, min_count: u32, now: i64) -> bool {
+    let whole = u32::try_from(bound).unwrap_or(u32::MAX) >= min_count;
+    let fresh = condition
+        .last_transition_unix
+        .is_none_or(|t| now.saturating_sub(t) < SCHEDULED_GRACE_SECS);
+    condition.status && (whole || fresh)
+}
+
+/// Not terminal and not being deleted.
+fn is_live(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// The group a pod names and its replica key: `spec.schedulingGroup.podGroupName` (1.36+),
+/// else `spec.workloadRef` (1.35).
+fn link(record: &PodRecord, namespace: &str) -> Option<(GroupKey, Option<String>)> {
+    let scheduling_group = record
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_group.as_ref())
+        .and_then(|g| g.pod_group_name.as_deref())
+        .filter(|n| !n.is_empty());
+    if let Some(name) = scheduling_group {
+        let key = GroupKey::PodGroup {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        return Some((key, None));
+    }
+    let r = record.workload_ref.as_ref()?;
+    let key = GroupKey::WorkloadPodGroup {
+        namespace: namespace.to_owned(),
+        workload: r.name.clone(),
+        pod_group: r.pod_group.clone(),
+    };
+    let replica = Some(r.pod_group_replica_key.clone()).filter(|k| !k.is_empty());
+    Some((key, replica))
+}
