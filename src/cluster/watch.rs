@@ -69,7 +69,11 @@ pub fn slim_pod(pod: &mut Pod) {
     meta.annotations = None;
     meta.owner_references = None;
     if let Some(spec) = pod.spec.as_mut() {
-        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
             c.image = None;
             c.command = None;
             c.args = None;
@@ -139,17 +143,32 @@ fn spawn_reflector<K>(
     );
 }
 
-fn typed_store<K>(client: &kube::Client, name: &'static str, slim: fn(&mut K), shutdown: &CancellationToken) -> Store<K>
+fn typed_store<K>(
+    client: &kube::Client,
+    name: &'static str,
+    slim: fn(&mut K),
+    shutdown: &CancellationToken,
+) -> Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    spawn_reflector(name, Api::<K>::all(client.clone()), writer, slim, shutdown.clone());
+    spawn_reflector(
+        name,
+        Api::<K>::all(client.clone()),
+        writer,
+        slim,
+        shutdown.clone(),
+    );
     reader
 }
 
-fn dynamic_store(client: &kube::Client, ar: &ApiResource, shutdown: &CancellationToken) -> Store<DynamicObject> {
+fn dynamic_store(
+    client: &kube::Client,
+    ar: &ApiResource,
+    shutdown: &CancellationToken,
+) -> Store<DynamicObject> {
     let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
     let reader = writer.as_reader();
     let api = Api::<DynamicObject>::all_with(client.clone(), ar);
@@ -185,8 +204,14 @@ impl ClusterView {
     ///
     /// # Errors
     /// [`WatchError::Discovery`] when the API server cannot be asked.
-    pub async fn start(client: kube::Client, shutdown: &CancellationToken) -> Result<Self, WatchError> {
-        let groups = client.list_api_groups().await.map_err(WatchError::Discovery)?;
+    pub async fn start(
+        client: kube::Client,
+        shutdown: &CancellationToken,
+    ) -> Result<Self, WatchError> {
+        let groups = client
+            .list_api_groups()
+            .await
+            .map_err(WatchError::Discovery)?;
         let served: Vec<String> = groups
             .groups
             .iter()
@@ -200,9 +225,16 @@ impl ClusterView {
             .map(str::to_owned);
         let mut gangs = Vec::new();
         if let Some(api) = &gang_api {
-            let resources = client.list_api_group_resources(api).await.map_err(WatchError::Discovery)?;
+            let resources = client
+                .list_api_group_resources(api)
+                .await
+                .map_err(WatchError::Discovery)?;
             let version = api.split_once('/').map(|(_, v)| v).unwrap_or_default();
-            for r in resources.resources.iter().filter(|r| GANG_KINDS.contains(&r.kind.as_str()) && !r.name.contains('/')) {
+            for r in resources
+                .resources
+                .iter()
+                .filter(|r| GANG_KINDS.contains(&r.kind.as_str()) && !r.name.contains('/'))
+            {
                 let gvk = GroupVersionKind::gvk(SCHEDULING_GROUP, version, &r.kind);
                 let ar = ApiResource::from_gvk_with_plural(&gvk, &r.name);
                 gangs.push((ar.clone(), dynamic_store(&client, &ar, shutdown)));
@@ -220,7 +252,12 @@ impl ClusterView {
         };
         Ok(Self {
             pods,
-            pvcs: typed_store(&client, "PersistentVolumeClaim", drop_managed_fields, shutdown),
+            pvcs: typed_store(
+                &client,
+                "PersistentVolumeClaim",
+                drop_managed_fields,
+                shutdown,
+            ),
             pvs: typed_store(&client, "PersistentVolume", drop_managed_fields, shutdown),
             classes: typed_store(&client, "StorageClass", drop_managed_fields, shutdown),
             drivers: typed_store(&client, "CSIDriver", drop_managed_fields, shutdown),
@@ -298,8 +335,14 @@ impl ClusterView {
         for (ar, store) in &self.gangs {
             for o in store.state() {
                 match serde_json::to_value(&*o) {
-                    Ok(v) => set.insert_gang_object(GangObject::new(ar.api_version.clone(), ar.kind.clone(), v)),
-                    Err(e) => warn!(object = %o.name_any(), error = %e, "gang object does not encode; skipped"),
+                    Ok(v) => set.insert_gang_object(GangObject::new(
+                        ar.api_version.clone(),
+                        ar.kind.clone(),
+                        v,
+                    )),
+                    Err(e) => {
+                        warn!(object = %o.name_any(), error = %e, "gang object does not encode; skipped")
+                    }
                 }
             }
         }

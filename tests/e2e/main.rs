@@ -542,12 +542,19 @@ async fn the_control_plane_serves_the_gang_scheduling_api_of_its_version_row() {
 async fn create_dynamic(client: &kube::Client, value: serde_json::Value) {
     let obj: kube::api::DynamicObject = serde_json::from_value(value).unwrap();
     let tm = obj.types.clone().unwrap();
-    let (group, version) = tm.api_version.split_once('/').unwrap_or(("", tm.api_version.as_str()));
+    let (group, version) = tm
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", tm.api_version.as_str()));
     let gvk = kube::api::GroupVersionKind::gvk(group, version, &tm.kind);
     let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
     let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
     if let Err(e) = api.create(&PostParams::default(), &obj).await {
-        panic!("creating {} {}: {e}", tm.kind, obj.metadata.name.unwrap_or_default());
+        panic!(
+            "creating {} {}: {e}",
+            tm.kind,
+            obj.metadata.name.unwrap_or_default()
+        );
     }
 }
 
@@ -562,7 +569,9 @@ async fn the_cluster_view_discovers_the_gang_api_and_joins_pods_to_their_gang() 
             "containers": [{"name": "c", "image": "example.invalid/train:1",
                 "resources": {"requests": {"cpu": "2", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]
         });
-        spec.as_object_mut().unwrap().extend(link.as_object().unwrap().clone());
+        spec.as_object_mut()
+            .unwrap()
+            .extend(link.as_object().unwrap().clone());
         serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec})
     };
     if api.ends_with("/v1alpha1") {
@@ -572,7 +581,14 @@ async fn the_cluster_view_discovers_the_gang_api_and_joins_pods_to_their_gang() 
         }))
         .await;
         for i in 0..3 {
-            create_dynamic(&client, pod(&format!("train-{i}"), serde_json::json!({"workloadRef": {"name": "train", "podGroup": "workers"}}))).await;
+            create_dynamic(
+                &client,
+                pod(
+                    &format!("train-{i}"),
+                    serde_json::json!({"workloadRef": {"name": "train", "podGroup": "workers"}}),
+                ),
+            )
+            .await;
         }
     } else {
         create_dynamic(&client, serde_json::json!({
@@ -581,32 +597,54 @@ async fn the_cluster_view_discovers_the_gang_api_and_joins_pods_to_their_gang() 
         }))
         .await;
         for i in 0..3 {
-            create_dynamic(&client, pod(&format!("train-{i}"), serde_json::json!({"schedulingGroup": {"podGroupName": "train"}}))).await;
+            create_dynamic(
+                &client,
+                pod(
+                    &format!("train-{i}"),
+                    serde_json::json!({"schedulingGroup": {"podGroupName": "train"}}),
+                ),
+            )
+            .await;
         }
     }
     create_dynamic(&client, pod("loner", serde_json::json!({}))).await;
 
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let view = gangscaler::cluster::ClusterView::start(client.clone(), &shutdown).await.unwrap();
+    let view = gangscaler::cluster::ClusterView::start(client.clone(), &shutdown)
+        .await
+        .unwrap();
     assert_eq!(view.gang_api(), Some(api.as_str()));
     view.wait_ready().await;
-    let gangs = eventually("the gang with its three pods", Duration::from_secs(20), || {
-        let set = view.snapshot();
-        async move {
-            let v = gangscaler::cluster::gangs(&set, 0);
-            if !v.problems.is_empty() {
-                eprintln!("problems: {:?}", v.problems);
+    let gangs = eventually(
+        "the gang with its three pods",
+        Duration::from_secs(20),
+        || {
+            let set = view.snapshot();
+            async move {
+                let v = gangscaler::cluster::gangs(&set, 0);
+                if !v.problems.is_empty() {
+                    eprintln!("problems: {:?}", v.problems);
+                }
+                (v.gangs.len() == 1 && v.gangs[0].members.len() == 3).then_some(v)
             }
-            (v.gangs.len() == 1 && v.gangs[0].members.len() == 3).then_some(v)
-        }
-    })
+        },
+    )
     .await;
     let gang = &gangs.gangs[0];
     assert_eq!(gang.min_count, 2);
     assert_eq!(gang.id.api_version, api);
     assert!(gang.is_pending());
-    assert!(gang.members.iter().all(|m| m.demand.extended.get(GPU_RESOURCE) == Some(&8)));
-    assert_eq!(gangs.ungrouped_pending.len(), 1, "{:?}", gangs.ungrouped_pending);
+    assert!(
+        gang.members
+            .iter()
+            .all(|m| m.demand.extended.get(GPU_RESOURCE) == Some(&8))
+    );
+    assert_eq!(
+        gangs.ungrouped_pending.len(),
+        1,
+        "{:?}",
+        gangs.ungrouped_pending
+    );
     assert!(gangs.ungrouped_pending[0].0.ends_with("loner"));
     shutdown.cancel();
 }
