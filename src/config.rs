@@ -115,6 +115,8 @@ pub struct KubernetesSettings {
     pub state_namespace: String,
     /// Name of the ConfigMap holding each group's target size and not-yet-created capacity.
     pub state_config_map: String,
+    /// Watch the cluster (pods, gangs, volumes) so `NodeGroupIncreaseSize` admits whole gangs.
+    pub watch: bool,
 }
 
 impl Default for KubernetesSettings {
@@ -123,6 +125,7 @@ impl Default for KubernetesSettings {
             kubeconfig: None,
             state_namespace: "kube-system".to_owned(),
             state_config_map: "gangscaler-state".to_owned(),
+            watch: false,
         }
     }
 }
@@ -138,8 +141,10 @@ pub struct ProviderSettings {
     pub gpu_types: Option<Vec<String>>,
     /// Directory holding one YAML file per node group.
     pub node_groups_dir: PathBuf,
-    /// Cluster access and durable state (used by the kwok backend).
+    /// Cluster access and durable state (used by the kwok backend and the cluster view).
     pub kubernetes: KubernetesSettings,
+    /// Gang admission policy for `NodeGroupIncreaseSize` (active when `kubernetes.watch`).
+    pub admission_policy: crate::planner::Policy,
 }
 
 /// A loaded, validated configuration.

@@ -3,6 +3,8 @@
 //! turns backend answers into the contract CA relies on. Depends on `config`, `provision`,
 //! `model` and `metrics`; knows nothing of gRPC.
 
+pub mod admission;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +51,17 @@ pub enum Error {
         /// Backend kind.
         kind: &'static str,
     },
+    /// Gang admission refused the increase (policy `strict`: it would host only part of a gang).
+    #[error("node group {group}: scale-up rejected by gang admission: {reason}")]
+    Rejected {
+        /// Group.
+        group: NodeGroupId,
+        /// The decision's reason, naming gangs and numbers.
+        reason: String,
+    },
+    /// The cluster view has not synced yet; deciding from a partial cache is refused.
+    #[error("node group {0}: the cluster view is not synced yet; retry shortly")]
+    NotSynced(NodeGroupId),
     /// The backend refused or failed.
     #[error(transparent)]
     Provision(#[from] provision::Error),
@@ -64,6 +77,7 @@ pub struct Engine {
     last_fingerprint: tokio::sync::Mutex<Option<Fingerprint>>,
     provisioners: HashMap<&'static str, Arc<dyn Provisioner>>,
     metrics: Arc<Metrics>,
+    admission: Option<admission::Admission>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -97,11 +111,23 @@ impl Engine {
             last_fingerprint: tokio::sync::Mutex::new(fingerprint),
             provisioners: provisioners.into_iter().map(|p| (p.kind(), p)).collect(),
             metrics,
+            admission: None,
         };
         let loaded = engine.config.load_full();
         engine.sync(&loaded.groups).await?;
         engine.metrics.config_valid.set(1);
         Ok(engine)
+    }
+
+    /// Turns on gang admission in `NodeGroupIncreaseSize`, reading gangs from `source`.
+    #[must_use]
+    pub fn with_admission(
+        mut self,
+        policy: crate::planner::Policy,
+        source: Arc<dyn admission::GangSource>,
+    ) -> Self {
+        self.admission = Some(admission::Admission::new(policy, source));
+        self
     }
 
     /// The current configuration.
@@ -256,11 +282,48 @@ impl Engine {
         let delta = positive(delta, || {
             format!("node group {id}: increase delta must be positive, got {delta}")
         })?;
-        let result = self.backend(g)?.increase(g, delta).await;
+        let backend = self.backend(g)?;
+        let Some(admission) = &self.admission else {
+            let result = backend.increase(g, delta).await;
+            self.observe(g, "increase", &result);
+            let target = result?;
+            info!(node_group.id = %g.id, delta, target, "target size increased");
+            return Ok(target);
+        };
+        let now = now_unix();
+        let target = backend.target_size(g).await?;
+        let decision = admission
+            .decide(g, &cfg.provider.gpu_label, target, delta, now)
+            .ok_or_else(|| Error::NotSynced(g.id.clone()))?;
+        self.metrics
+            .admission(decision_verdict(&decision), decision.rule.as_str());
+        let record = serde_json::to_string(&decision).unwrap_or_default();
+        info!(
+            node_group.id = %g.id,
+            policy = decision.policy.as_str(),
+            verdict = decision_verdict(&decision),
+            rule = decision.rule.as_str(),
+            ca_delta = delta,
+            applied_delta = decision.applied_delta,
+            target_size = target,
+            gangs.admitted = decision.admitted.len(),
+            gangs.deferred = decision.deferred.len(),
+            reason = %decision.reason,
+            record = %record,
+            "admission decision"
+        );
+        if !decision.is_accepted() || decision.applied_delta == 0 {
+            return Err(Error::Rejected {
+                group: g.id.clone(),
+                reason: decision.reason,
+            });
+        }
+        let result = backend.increase(g, decision.applied_delta).await;
         self.observe(g, "increase", &result);
-        let target = result?;
-        info!(node_group.id = %g.id, delta, target, "target size increased");
-        Ok(target)
+        let new_target = result?;
+        admission.record(&decision, now);
+        info!(node_group.id = %g.id, ca_delta = delta, applied_delta = decision.applied_delta, target = new_target, "target size increased");
+        Ok(new_target)
     }
 
     /// Deletes the named nodes from the group, lowering its target.
@@ -391,6 +454,19 @@ impl Engine {
         self.metrics
             .provision_call(group.backend.kind(), operation, outcome);
     }
+}
+
+fn decision_verdict(d: &crate::planner::Decision) -> &'static str {
+    if d.is_accepted() { "accept" } else { "reject" }
+}
+
+/// Seconds since the Unix epoch: the engine's one wall-clock read (decision records and the
+/// in-flight ledger are wall-clock based).
+fn now_unix() -> i64 {
+    #[allow(clippy::disallowed_methods)]
+    let now = std::time::SystemTime::now();
+    now.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 fn positive(delta: i32, message: impl FnOnce() -> String) -> Result<u32> {

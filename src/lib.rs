@@ -23,6 +23,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod model;
+pub mod planner;
 pub mod provision;
 pub mod server;
 pub mod telemetry;

@@ -42,6 +42,15 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of an admission decision counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `accept` or `reject`.
+    pub verdict: &'static str,
+    /// The planner rule that decided.
+    pub rule: &'static str,
+}
+
 /// Every metric family of the provider.
 #[derive(Debug)]
 pub struct Metrics {
@@ -56,6 +65,8 @@ pub struct Metrics {
     pub config_reloads: Family<OutcomeLabels, Counter>,
     /// 1 while the running configuration matches the files on disk, 0 after a rejected edit.
     pub config_valid: Gauge,
+    /// Gang admission decisions by verdict and rule.
+    pub admission_decisions: Family<DecisionLabels, Counter>,
 }
 
 fn rpc_buckets() -> impl Iterator<Item = f64> {
@@ -79,6 +90,12 @@ impl Metrics {
         let provision_calls = Family::<ProvisionLabels, Counter>::default();
         let config_reloads = Family::<OutcomeLabels, Counter>::default();
         let config_valid = Gauge::default();
+        let admission_decisions = Family::<DecisionLabels, Counter>::default();
+        registry.sub_registry_with_prefix("admission").register(
+            "decisions",
+            "gang admission decisions in NodeGroupIncreaseSize, by verdict and rule",
+            admission_decisions.clone(),
+        );
         let grpc = registry.sub_registry_with_prefix("grpc");
         grpc.register(
             "requests",
@@ -114,7 +131,15 @@ impl Metrics {
             provision_calls,
             config_reloads,
             config_valid,
+            admission_decisions,
         }
+    }
+
+    /// Records one admission decision.
+    pub fn admission(&self, verdict: &'static str, rule: &'static str) {
+        self.admission_decisions
+            .get_or_create(&DecisionLabels { verdict, rule })
+            .inc();
     }
 
     /// Records one finished RPC.

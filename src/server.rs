@@ -12,6 +12,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tracing::{info, warn};
 
+use crate::cluster::ClusterView;
 use crate::config::{self, Loaded, Transport};
 use crate::engine::{self, Engine};
 use crate::grpc::Service;
@@ -67,6 +68,9 @@ pub enum Error {
     /// The Kubernetes client for the kwok backend could not be built.
     #[error("connecting to Kubernetes for the kwok backend")]
     Kubernetes(#[source] kube::Error),
+    /// The cluster view could not start.
+    #[error("starting the cluster view")]
+    Watch(#[source] crate::cluster::WatchError),
     /// The gRPC server failed.
     #[error("serving gRPC")]
     Serve(#[source] tonic::transport::Error),
@@ -81,6 +85,7 @@ pub struct Server {
     tls: Option<ServerTlsConfig>,
     ready: Arc<AtomicBool>,
     kwok: Option<Arc<KwokProvisioner>>,
+    watch_shutdown: CancellationToken,
 }
 
 impl std::fmt::Debug for Server {
@@ -129,28 +134,58 @@ impl Server {
             }
         };
         let mut provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
-        let kwok = if loaded
+        let k8s = &loaded.provider.kubernetes;
+        let needs_kwok = loaded
             .groups
             .iter()
-            .any(|g| matches!(g.backend, BackendSpec::Kwok(_)))
-        {
-            let k8s = &loaded.provider.kubernetes;
-            let client = KwokProvisioner::client(k8s)
-                .await
-                .map_err(Error::Kubernetes)?;
-            let kwok = Arc::new(KwokProvisioner::new(
-                client,
-                k8s.clone(),
-                loaded.provider.gpu_label.clone(),
-            ));
-            provisioners.push(kwok.clone());
-            Some(kwok)
+            .any(|g| matches!(g.backend, BackendSpec::Kwok(_)));
+        let client = if needs_kwok || k8s.watch {
+            Some(
+                KwokProvisioner::client(k8s)
+                    .await
+                    .map_err(Error::Kubernetes)?,
+            )
         } else {
             None
         };
-        let engine = Engine::new(loaded, source, provisioners, metrics.clone())
+        let kwok = match (&client, needs_kwok) {
+            (Some(client), true) => {
+                let kwok = Arc::new(KwokProvisioner::new(
+                    client.clone(),
+                    k8s.clone(),
+                    loaded.provider.gpu_label.clone(),
+                ));
+                provisioners.push(kwok.clone());
+                Some(kwok)
+            }
+            _ => None,
+        };
+        let watch_shutdown = CancellationToken::new();
+        let view = match (&client, k8s.watch) {
+            (Some(client), true) => {
+                let view = ClusterView::start(client.clone(), &watch_shutdown)
+                    .await
+                    .map_err(Error::Watch)?;
+                let view = Arc::new(view);
+                let syncing = view.clone();
+                tokio::spawn(async move { syncing.wait_ready().await });
+                Some(view)
+            }
+            _ => {
+                info!(
+                    "gang admission inactive: kubernetes.watch is false, CA's deltas are applied as asked"
+                );
+                None
+            }
+        };
+        let policy = loaded.provider.admission_policy;
+        let mut engine = Engine::new(loaded, source, provisioners, metrics.clone())
             .await
             .map_err(Error::Engine)?;
+        if let Some(view) = &view {
+            info!(policy = policy.as_str(), gang.api = ?view.gang_api(), "gang admission active");
+            engine = engine.with_admission(policy, view.clone());
+        }
         let grpc = TcpListener::bind(settings.address)
             .await
             .map_err(|source| Error::Bind {
@@ -173,6 +208,7 @@ impl Server {
             tls,
             ready: Arc::new(AtomicBool::new(false)),
             kwok,
+            watch_shutdown,
         })
     }
 
@@ -232,6 +268,7 @@ impl Server {
             .await;
         self.ready.store(false, Ordering::Release);
         shutdown.cancel();
+        self.watch_shutdown.cancel();
         let _ = http_task.await;
         if let Some(t) = kwok_task {
             let _ = t.await;

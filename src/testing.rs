@@ -67,6 +67,7 @@ pub fn loaded(mut groups: Vec<NodeGroupSpec>) -> Loaded {
             gpu_types: None,
             node_groups_dir: "nodegroups".into(),
             kubernetes: Default::default(),
+            admission_policy: Default::default(),
         },
         groups,
     }

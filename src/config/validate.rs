@@ -114,6 +114,7 @@ pub fn provider(
         d.finish(errs);
     }
     let kubernetes = kubernetes_settings(root.obj_or_empty("kubernetes", errs), dir, errs);
+    let admission_policy = admission_policy(root.obj_or_empty("admission", errs), errs);
     root.finish(errs);
     let settings = server.map(|server| ProviderSettings {
         server,
@@ -121,8 +122,28 @@ pub fn provider(
         gpu_types,
         node_groups_dir,
         kubernetes,
+        admission_policy,
     });
     (settings, defaults)
+}
+
+fn admission_policy(mut a: Obj<'_>, errs: &mut Errors) -> crate::planner::Policy {
+    use crate::planner::Policy;
+    let policy = match a.string("policy", errs).as_deref() {
+        None | Some("strict") => Policy::Strict,
+        Some("roundUp") => Policy::RoundUp,
+        Some("off") => Policy::Off,
+        Some(other) => {
+            errs.push(
+                &a.path("policy"),
+                Some(&Value::String(other.to_owned())),
+                "must be strict, roundUp or off",
+            );
+            Policy::Strict
+        }
+    };
+    a.finish(errs);
+    policy
 }
 
 fn kubernetes_settings(mut k: Obj<'_>, dir: &Path, errs: &mut Errors) -> KubernetesSettings {
@@ -147,11 +168,13 @@ fn kubernetes_settings(mut k: Obj<'_>, dir: &Path, errs: &mut Errors) -> Kuberne
             e,
         );
     }
+    let watch = k.bool("watch", errs).unwrap_or(false);
     k.finish(errs);
     KubernetesSettings {
         kubeconfig,
         state_namespace,
         state_config_map,
+        watch,
     }
 }
 

@@ -22,6 +22,8 @@ pub fn code(e: &Error) -> Code {
         Error::InvalidRequest(_) => Code::InvalidArgument,
         Error::NoTemplate(_) | Error::NoPrice(_) | Error::Unsupported(_) => Code::Unimplemented,
         Error::NoBackend { .. } => Code::Internal,
+        Error::Rejected { .. } => Code::FailedPrecondition,
+        Error::NotSynced(_) => Code::Unavailable,
         Error::Provision(p) => match p {
             provision::Error::AboveMax { .. }
             | provision::Error::BelowMin { .. }

@@ -1,0 +1,31 @@
+//! The whole-gang planner: how many fresh nodes of a group a gang needs, which groups can host
+//! which gangs, and whether a `NodeGroupIncreaseSize` call may go ahead.
+//!
+//! The planner is a function: synchronous, deterministic, no I/O, no clock, no randomness.
+//! It depends on [`crate::model`] only; the engine feeds it gangs built by the cluster adapters
+//! and records what it decides.
+//!
+//! - [`NodeShape`]: what one fresh node of a group offers ([`shape`]).
+//! - [`fit()`]: first-fit-decreasing placement of a gang's unbound members ([`mod@fit`]).
+//! - [`plan()`]: every pending gang against every group, for the `plan` command ([`mod@plan`]).
+//! - [`admit()`]: the admission decision for one increase ([`mod@admit`]).
+//! - [`Reason`]: why something cannot be placed, shared by CLI, audit and metrics ([`explain`]).
+
+pub mod admit;
+pub mod explain;
+pub mod fit;
+pub mod plan;
+mod predicates;
+pub mod shape;
+
+pub use admit::{
+    AdmissionInput, AdmittedGang, CoveredGang, Decision, DeferredGang, Extent, Policy, Rule,
+    Verdict, admit,
+};
+pub use explain::Reason;
+pub use fit::{GangFit, check_pod, fit, nodes_for_pods};
+pub use plan::{GangPlan, GroupOption, Outcome, Plan, plan};
+pub use shape::{Allocatable, NodeShape};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,324 @@
+//! `admit`: the policies, rounding, trimming, competition for headroom and in-flight coverage.
+
+use std::collections::BTreeMap;
+
+use crate::model::{NodeGroupId, labels};
+use crate::planner::{AdmissionInput, Decision, Extent, Policy, Reason, Rule, Verdict, admit};
+
+use super::*;
+
+/// A gang of `n` members that each need a whole 8-GPU node.
+fn whole_node_gang(name: &str, n: usize, min: u32) -> Gang {
+    gang(name)
+        .min(min)
+        .members(n, |p| p.gpus(8).gpu_tolerant())
+        .build()
+}
+
+struct Case {
+    id: NodeGroupId,
+    shape: NodeShape,
+    max: u32,
+    target: u32,
+    ca: u32,
+    policy: Policy,
+    gangs: Vec<Gang>,
+    in_flight: BTreeMap<GangRef, u32>,
+    ungrouped: u32,
+}
+
+/// An 8-GPU group with max `max` at target `target`, CA asking for `ca`, policy Strict.
+fn case(max: u32, target: u32, ca: u32, gangs: Vec<Gang>) -> Case {
+    let g = gpu_group("h100", max, 8);
+    Case {
+        id: g.id.clone(),
+        shape: shape(&g),
+        max,
+        target,
+        ca,
+        policy: Policy::Strict,
+        gangs,
+        in_flight: BTreeMap::new(),
+        ungrouped: 0,
+    }
+}
+
+impl Case {
+    fn policy(mut self, p: Policy) -> Self {
+        self.policy = p;
+        self
+    }
+    fn ungrouped(mut self, n: u32) -> Self {
+        self.ungrouped = n;
+        self
+    }
+    fn decide(&self) -> Decision {
+        admit(&AdmissionInput {
+            group: &self.id,
+            shape: Some(&self.shape),
+            max_size: self.max,
+            target: self.target,
+            ca_delta: self.ca,
+            policy: self.policy,
+            gangs: &self.gangs,
+            in_flight: &self.in_flight,
+            ungrouped_nodes: self.ungrouped,
+        })
+    }
+}
+
+fn admitted(d: &Decision) -> Vec<(&str, u32, Extent)> {
+    d.admitted
+        .iter()
+        .map(|a| (a.gang.name.as_str(), a.nodes, a.extent))
+        .collect()
+}
+
+fn deferred(d: &Decision) -> Vec<&str> {
+    d.deferred.iter().map(|g| g.gang.name.as_str()).collect()
+}
+
+#[test]
+fn strict_rejects_a_gang_that_needs_more_nodes_than_the_headroom_and_names_both_numbers() {
+    // minCount 8, a whole 8-GPU node per member, headroom 10 - 5 = 5.
+    let c = case(10, 5, 5, vec![whole_node_gang("train", 8, 8)]);
+    let d = c.decide();
+    assert_eq!(d.verdict, Verdict::Reject);
+    assert_eq!(d.rule, Rule::NoGangFits);
+    assert_eq!(d.applied_delta, 0);
+    assert!(d.reason.contains("ml/train needs 8 nodes"), "{}", d.reason);
+    assert!(d.reason.contains("headroom 5"), "{}", d.reason);
+    assert_eq!(
+        d.deferred[0].reason,
+        Reason::InsufficientHeadroom {
+            nodes_all: 8,
+            nodes_min: 8,
+            headroom: 5
+        }
+    );
+}
+
+#[test]
+fn policy_off_accepts_cas_delta_for_a_gang_that_does_not_fit() {
+    let d = case(10, 5, 5, vec![whole_node_gang("train", 8, 8)])
+        .policy(Policy::Off)
+        .decide();
+    assert_eq!(
+        (d.verdict, d.rule, d.applied_delta),
+        (Verdict::Accept, Rule::Passthrough, 5)
+    );
+}
+
+#[test]
+fn policy_round_up_accepts_cas_delta_for_a_gang_that_does_not_fit() {
+    let d = case(10, 5, 3, vec![whole_node_gang("train", 8, 8)])
+        .policy(Policy::RoundUp)
+        .decide();
+    assert_eq!(
+        (d.verdict, d.rule, d.applied_delta),
+        (Verdict::Accept, Rule::NoGangFitsRoundUp, 3)
+    );
+}
+
+#[test]
+fn strict_and_round_up_round_cas_delta_up_to_the_whole_gang() {
+    for policy in [Policy::Strict, Policy::RoundUp] {
+        let d = case(10, 0, 1, vec![whole_node_gang("train", 4, 4)])
+            .policy(policy)
+            .decide();
+        assert_eq!(d.applied_delta, 4, "{policy:?}");
+        assert_eq!(admitted(&d), vec![("train", 4, Extent::Whole)]);
+        assert!(d.reason.contains("rounded up"), "{}", d.reason);
+    }
+}
+
+#[test]
+fn strict_trims_cas_delta_to_admitted_gangs_plus_ungrouped_pods_and_round_up_does_not() {
+    let c = case(20, 0, 10, vec![whole_node_gang("train", 4, 4)]).ungrouped(2);
+    let d = c.decide();
+    assert_eq!((d.rule, d.applied_delta), (Rule::GangsAdmitted, 6));
+    assert!(d.reason.contains("trimmed"), "{}", d.reason);
+    let d = c.policy(Policy::RoundUp).decide();
+    assert_eq!(d.applied_delta, 10);
+}
+
+#[test]
+fn the_higher_priority_gang_is_admitted_whole_and_the_other_deferred() {
+    let low = gang("low")
+        .priority(1)
+        .min(4)
+        .members(4, |p| p.gpus(8).gpu_tolerant());
+    let high = gang("high").priority(10).created(100).min(4);
+    let high = high.members(4, |p| p.gpus(8).gpu_tolerant());
+    let d = case(6, 0, 4, vec![low.build(), high.build()]).decide();
+    assert_eq!(admitted(&d), vec![("high", 4, Extent::Whole)]);
+    assert_eq!(deferred(&d), vec!["low"]);
+    assert_eq!(d.applied_delta, 4);
+}
+
+#[test]
+fn at_equal_priority_the_older_gang_is_admitted_first() {
+    let newer = gang("a-newer").created(200).min(4);
+    let older = gang("b-older").created(100).min(4);
+    let d = case(
+        6,
+        0,
+        4,
+        vec![
+            newer.members(4, |p| p.gpus(8).gpu_tolerant()).build(),
+            older.members(4, |p| p.gpus(8).gpu_tolerant()).build(),
+        ],
+    )
+    .decide();
+    assert_eq!(admitted(&d), vec![("b-older", 4, Extent::Whole)]);
+    assert_eq!(deferred(&d), vec!["a-newer"]);
+}
+
+#[test]
+fn a_gang_too_large_for_the_headroom_does_not_block_a_smaller_one_behind_it() {
+    let d = case(
+        6,
+        0,
+        2,
+        vec![
+            whole_node_gang("big", 8, 8),
+            gang("small")
+                .priority(-1)
+                .min(2)
+                .members(2, |p| p.gpus(8).gpu_tolerant())
+                .build(),
+        ],
+    )
+    .decide();
+    assert_eq!(admitted(&d), vec![("small", 2, Extent::Whole)]);
+    assert_eq!(deferred(&d), vec!["big"]);
+    assert_eq!(d.applied_delta, 2);
+}
+
+#[test]
+fn a_gang_whose_min_count_fits_but_not_its_whole_is_admitted_at_min_count() {
+    let d = case(5, 0, 2, vec![whole_node_gang("train", 8, 4)]).decide();
+    assert_eq!(admitted(&d), vec![("train", 4, Extent::MinCount)]);
+    assert_eq!(d.applied_delta, 4);
+    assert!(d.reason.contains("4 for minCount"), "{}", d.reason);
+}
+
+#[test]
+fn in_flight_nodes_are_subtracted_from_a_gangs_need() {
+    let g = whole_node_gang("train", 8, 8);
+    let mut c = case(10, 5, 1, vec![g.clone()]);
+    c.in_flight = in_flight(&g, 5);
+    let d = c.decide();
+    assert_eq!(admitted(&d), vec![("train", 3, Extent::Whole)]);
+    assert_eq!((d.applied_delta, d.admitted[0].in_flight), (3, 5));
+}
+
+#[test]
+fn a_gang_covered_by_in_flight_nodes_leaves_cas_delta_alone() {
+    let g = whole_node_gang("train", 8, 8);
+    let mut c = case(10, 5, 2, vec![g.clone()]);
+    c.in_flight = in_flight(&g, 8);
+    let d = c.decide();
+    assert_eq!((d.rule, d.applied_delta), (Rule::NoGangs, 2));
+    assert_eq!(d.covered.len(), 1);
+    assert!(d.admitted.is_empty());
+}
+
+#[test]
+fn strict_accepts_nodes_for_ungrouped_pods_when_no_gang_fits() {
+    let d = case(10, 5, 3, vec![whole_node_gang("train", 8, 8)])
+        .ungrouped(2)
+        .decide();
+    assert_eq!(
+        (d.verdict, d.rule, d.applied_delta),
+        (Verdict::Accept, Rule::UngroupedOnly, 2)
+    );
+    assert!(d.reason.contains("ungrouped"), "{}", d.reason);
+}
+
+#[test]
+fn a_group_at_max_size_rejects_under_every_policy() {
+    for policy in [Policy::Strict, Policy::RoundUp, Policy::Off] {
+        let d = case(4, 4, 1, vec![]).policy(policy).decide();
+        assert_eq!(
+            (d.verdict, d.rule, d.applied_delta),
+            (Verdict::Reject, Rule::AtMax, 0)
+        );
+    }
+}
+
+#[test]
+fn gangs_the_group_cannot_host_or_that_are_not_pending_do_not_affect_the_decision() {
+    let l4_only = gang("l4")
+        .min(1)
+        .member(
+            pod("p")
+                .gpus(1)
+                .gpu_tolerant()
+                .selector(labels::GPU_PRODUCT, "NVIDIA-L4")
+                .build(),
+        )
+        .build();
+    let mut done = whole_node_gang("done", 2, 2);
+    done.scheduled = true;
+    let d = case(10, 0, 3, vec![l4_only, done]).decide();
+    assert_eq!(
+        (d.rule, d.applied_delta, d.unhostable),
+        (Rule::NoGangs, 3, 1)
+    );
+}
+
+#[test]
+fn cas_delta_beyond_the_headroom_is_capped() {
+    let d = case(10, 5, 7, vec![]).policy(Policy::Off).decide();
+    assert_eq!((d.applied_delta, d.capped), (5, true));
+    assert!(d.reason.contains("capped at headroom 5"), "{}", d.reason);
+}
+
+#[test]
+fn a_group_without_a_template_hosts_no_gang() {
+    let id = NodeGroupId::new("bare");
+    let gangs = vec![whole_node_gang("train", 2, 2)];
+    let d = admit(&AdmissionInput {
+        group: &id,
+        shape: None,
+        max_size: 10,
+        target: 0,
+        ca_delta: 2,
+        policy: Policy::Strict,
+        gangs: &gangs,
+        in_flight: &BTreeMap::new(),
+        ungrouped_nodes: 0,
+    });
+    assert_eq!(
+        (d.rule, d.applied_delta, d.unhostable),
+        (Rule::NoGangs, 2, 1)
+    );
+    assert!(d.reason.contains("no template"), "{}", d.reason);
+}
+
+#[test]
+fn a_decision_serializes_as_a_camel_case_record_with_bounded_labels() {
+    let d = case(10, 5, 5, vec![whole_node_gang("train", 8, 8)]).decide();
+    let json = serde_json::to_value(&d).unwrap();
+    assert_eq!(json["verdict"], "reject");
+    assert_eq!(json["rule"], d.kind());
+    assert_eq!(json["policy"], "strict");
+    assert_eq!(json["appliedDelta"], 0);
+    assert_eq!(
+        json["deferred"][0]["reason"]["kind"],
+        "insufficient_headroom"
+    );
+    assert_eq!(json["deferred"][0]["reason"]["nodesAll"], 8);
+    assert_eq!(json["deferred"][0]["gang"]["name"], "train");
+}
+
+#[test]
+fn the_reason_names_only_the_first_few_gangs() {
+    let gangs = (0..8)
+        .map(|i| whole_node_gang(&format!("g{i}"), 8, 8))
+        .collect();
+    let d = case(10, 5, 5, gangs).decide();
+    assert!(d.reason.contains("and 3 more"), "{}", d.reason);
+    assert_eq!(d.deferred.len(), 8);
+}

@@ -1,0 +1,210 @@
+//! Gang admission in `NodeGroupIncreaseSize`, end to end through the engine: real Kubernetes
+//! object YAML → version adapter → planner → backend, with the in-memory backend. These are the
+//! issue's scenarios at the engine level; the CA-driven e2e versions need the real
+//! cluster-autoscaler, which cannot be built here.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "tests abort loudly"
+)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gangscaler::cluster::{GangView, ObjectSet};
+use gangscaler::engine::admission::{GangSource, StaticObjects};
+use gangscaler::engine::{Engine, Error};
+use gangscaler::grpc::status;
+use gangscaler::metrics::Metrics;
+use gangscaler::model::{GpuSpec, NodeGroupSpec, Taint, TaintEffect, quantity::Quantity};
+use gangscaler::planner::Policy;
+use gangscaler::provision::memory::MemoryProvisioner;
+use gangscaler::provision::{NodeRef, Provisioner};
+use gangscaler::testing;
+
+/// An 8x H100 group with an attach limit of 4 volumes per node for `ebs.csi.aws.com`.
+fn h100(max: u32) -> NodeGroupSpec {
+    let mut g = testing::group("h100", 0, max);
+    g.capacity.as_mut().unwrap().cpu = Quantity::from_units(192);
+    g.capacity.as_mut().unwrap().memory = Quantity::from_units(2048 << 30);
+    g.gpu = Some(GpuSpec {
+        count: 8,
+        product: "NVIDIA-H100-80GB-HBM3".into(),
+        memory: Quantity::from_units(80 << 30),
+        resource_name: "nvidia.com/gpu".into(),
+    });
+    g.csi = BTreeMap::from([("ebs.csi.aws.com".to_owned(), 4)]);
+    g.taints = vec![Taint {
+        key: "nvidia.com/gpu".into(),
+        value: "present".into(),
+        effect: TaintEffect::NoSchedule,
+    }];
+    g
+}
+
+/// A v1alpha2 PodGroup with `pods` members, each asking `gpus` GPUs and `pvcs` volumes.
+fn gang(
+    name: &str,
+    min: u32,
+    pods: u32,
+    gpus: u32,
+    pvcs: u32,
+    priority: i32,
+    created: &str,
+) -> String {
+    let mut docs = vec![format!(
+        "apiVersion: scheduling.k8s.io/v1alpha2\nkind: PodGroup\nmetadata: {{name: {name}, namespace: ml, creationTimestamp: \"{created}\"}}\nspec:\n  schedulingPolicy: {{gang: {{minCount: {min}}}}}\n  priority: {priority}\n"
+    )];
+    for i in 0..pods {
+        let mut volumes = String::new();
+        for v in 0..pvcs {
+            let claim = format!("{name}-{i}-{v}");
+            volumes.push_str(&format!(
+                "  - name: v{v}\n    persistentVolumeClaim: {{claimName: {claim}}}\n"
+            ));
+            docs.push(format!(
+                "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {claim}, namespace: ml}}\nspec: {{storageClassName: gp3, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 10Gi}}}}}}\n"
+            ));
+        }
+        let volumes = if pvcs == 0 {
+            String::new()
+        } else {
+            format!("  volumes:\n{volumes}")
+        };
+        docs.push(format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}-{i}, namespace: ml}}\nspec:\n  schedulingGroup: {{podGroupName: {name}}}\n  tolerations: [{{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}]\n  containers:\n  - name: train\n    image: example.invalid/train:1\n    resources: {{limits: {{nvidia.com/gpu: \"{gpus}\"}}, requests: {{cpu: \"4\"}}}}\n{volumes}status: {{phase: Pending}}\n"
+        ));
+    }
+    docs.join("---\n")
+}
+
+const STORAGE_CLASS: &str = "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: gp3}\nprovisioner: ebs.csi.aws.com\nvolumeBindingMode: WaitForFirstConsumer\n";
+
+async fn engine(group: NodeGroupSpec, policy: Policy, objects: &str) -> Engine {
+    let set = ObjectSet::from_yaml_documents(objects).expect("fixture objects parse");
+    let provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
+    Engine::new(
+        testing::loaded(vec![group]),
+        None,
+        provisioners,
+        Arc::new(Metrics::new()),
+    )
+    .await
+    .unwrap()
+    .with_admission(policy, Arc::new(StaticObjects(set)))
+}
+
+#[tokio::test]
+async fn strict_rejects_a_partial_scale_up_and_off_accepts_it() {
+    // minCount 8, each member needs a whole 8-GPU node, but max size allows only 5.
+    let objects = gang("train", 8, 8, 8, 0, 0, "2026-11-29T10:00:00Z");
+    let strict = engine(h100(5), Policy::Strict, &objects).await;
+    let err = strict.increase_size("h100", 5).await.unwrap_err();
+    assert!(matches!(err, Error::Rejected { .. }), "{err}");
+    assert_eq!(status::code(&err), tonic::Code::FailedPrecondition);
+    let msg = err.to_string();
+    assert!(
+        msg.contains("ml/train") && msg.contains('8') && msg.contains('5'),
+        "{msg}"
+    );
+    assert_eq!(
+        strict.target_size("h100").await.unwrap(),
+        0,
+        "no node added"
+    );
+
+    let off = engine(h100(5), Policy::Off, &objects).await;
+    assert_eq!(
+        off.increase_size("h100", 5).await.unwrap(),
+        5,
+        "off applies CA's delta: 5 idle nodes"
+    );
+}
+
+#[tokio::test]
+async fn csi_limits_round_a_gang_up_to_one_member_per_node() {
+    // 1 GPU and 3 volumes per member, 4 attachments per node: one member per node, 8 nodes,
+    // although CA (which cannot see attach limits for a group at zero) asks for 1.
+    let objects = format!(
+        "{STORAGE_CLASS}---\n{}",
+        gang("ckpt", 8, 8, 1, 3, 0, "2026-11-29T10:00:00Z")
+    );
+    let e = engine(h100(16), Policy::Strict, &objects).await;
+    assert_eq!(e.increase_size("h100", 1).await.unwrap(), 8);
+    // The gang's need is now in flight: a repeated ask is not rounded up again.
+    assert_eq!(e.increase_size("h100", 1).await.unwrap(), 9);
+}
+
+#[tokio::test]
+async fn the_higher_priority_gang_is_admitted_whole_and_the_other_when_room_remains() {
+    let objects = format!(
+        "{}---\n{}",
+        gang("low", 8, 8, 8, 0, 10, "2026-11-29T09:00:00Z"),
+        gang("high", 8, 8, 8, 0, 100, "2026-11-29T10:00:00Z")
+    );
+    // Room for one gang: the higher priority one wins although it is younger.
+    let e = engine(h100(8), Policy::Strict, &objects).await;
+    assert_eq!(e.increase_size("h100", 8).await.unwrap(), 8);
+    let err = e.increase_size("h100", 8).await.unwrap_err();
+    assert_eq!(status::code(&err), tonic::Code::FailedPrecondition);
+    assert!(err.to_string().contains("max size 8"), "{err}");
+
+    // Room appears (the first job's nodes are scaled down): the waiting gang is admitted whole.
+    let nodes: Vec<NodeRef> = e
+        .nodes("h100")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| NodeRef {
+            provider_id: i.id,
+            name: i.node_name,
+        })
+        .collect();
+    assert_eq!(e.delete_nodes("h100", &nodes).await.unwrap(), 0);
+    assert_eq!(
+        e.increase_size("h100", 1).await.unwrap(),
+        8,
+        "rounded up to the whole waiting gang"
+    );
+
+    // With room for both, one call admits both.
+    let roomy = engine(h100(16), Policy::Strict, &objects).await;
+    assert_eq!(roomy.increase_size("h100", 8).await.unwrap(), 16);
+}
+
+#[tokio::test]
+async fn ungrouped_pods_keep_per_pod_semantics_when_no_gang_is_pending() {
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  tolerations: [{key: nvidia.com/gpu, operator: Exists}]\n  containers: [{name: c, image: x, resources: {requests: {cpu: \"1\"}}}]\nstatus: {phase: Pending}\n";
+    let e = engine(h100(4), Policy::Strict, pod).await;
+    assert_eq!(
+        e.increase_size("h100", 2).await.unwrap(),
+        2,
+        "no gang: CA's delta passes through"
+    );
+}
+
+struct NeverSynced;
+
+impl GangSource for NeverSynced {
+    fn view(&self, _now_unix: i64) -> Option<GangView> {
+        None
+    }
+}
+
+#[tokio::test]
+async fn an_unsynced_cluster_view_answers_unavailable_instead_of_guessing() {
+    let provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
+    let e = Engine::new(
+        testing::loaded(vec![h100(4)]),
+        None,
+        provisioners,
+        Arc::new(Metrics::new()),
+    )
+    .await
+    .unwrap()
+    .with_admission(Policy::Strict, Arc::new(NeverSynced));
+    let err = e.increase_size("h100", 1).await.unwrap_err();
+    assert_eq!(status::code(&err), tonic::Code::Unavailable);
+    assert_eq!(e.target_size("h100").await.unwrap(), 0);
+}
