@@ -648,3 +648,182 @@ async fn the_cluster_view_discovers_the_gang_api_and_joins_pods_to_their_gang() 
     assert!(gangs.ungrouped_pending[0].0.ends_with("loner"));
     shutdown.cancel();
 }
+
+/// Creates a gang of `pods` pods, each needing a whole 8-GPU node, in the served gang API.
+async fn create_gpu_gang(client: &kube::Client, api: &str, name: &str, min: u32, pods: u32) {
+    let pod = |i: u32, link: serde_json::Value| {
+        let mut spec = serde_json::json!({
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "train", "image": "example.invalid/train:1",
+                "resources": {"requests": {"cpu": "8", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(link.as_object().unwrap().clone());
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{name}-{i}"), "namespace": "default"}, "spec": spec})
+    };
+    if api.ends_with("/v1alpha1") {
+        create_dynamic(client, serde_json::json!({
+            "apiVersion": api, "kind": "Workload", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": min}}}]}
+        }))
+        .await;
+        for i in 0..pods {
+            create_dynamic(
+                client,
+                pod(
+                    i,
+                    serde_json::json!({"workloadRef": {"name": name, "podGroup": "workers"}}),
+                ),
+            )
+            .await;
+        }
+    } else {
+        create_dynamic(client, serde_json::json!({
+            "apiVersion": api, "kind": "PodGroup", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": min}}}
+        }))
+        .await;
+        for i in 0..pods {
+            create_dynamic(
+                client,
+                pod(
+                    i,
+                    serde_json::json!({"schedulingGroup": {"podGroupName": name}}),
+                ),
+            )
+            .await;
+        }
+    }
+}
+
+/// IncreaseSize through gRPC, retrying while the cluster view syncs (Unavailable).
+async fn increase_when_synced(
+    c: &mut CloudProviderClient<tonic::transport::Channel>,
+    id: &str,
+    delta: i32,
+) -> Result<(), tonic::Status> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match c
+            .node_group_increase_size(NodeGroupIncreaseSizeRequest {
+                id: id.into(),
+                delta,
+            })
+            .await
+        {
+            Err(s) if s.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other.map(|_| ()),
+        }
+    }
+}
+
+async fn target_of(c: &mut CloudProviderClient<tonic::transport::Channel>, id: &str) -> i32 {
+    c.node_group_target_size(NodeGroupTargetSizeRequest { id: id.into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .target_size
+}
+
+#[tokio::test]
+#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
+async fn gang_admission_rounds_a_short_delta_up_to_the_whole_gang_and_the_gang_runs() {
+    let cluster = Cluster::start("gang-roundup").await;
+    let client = cluster.client().await;
+    let api = harness::Versions::load().gang_api;
+    let config = cluster.dir.join("gangscaler");
+    let (grpc, http) = write_config(&cluster, &config, "0s");
+    // Turn on the cluster view (strict admission is the default policy).
+    let provider = std::fs::read_to_string(config.join("provider.yaml")).unwrap();
+    std::fs::write(
+        config.join("provider.yaml"),
+        provider.replace("kubernetes: {", "kubernetes: {watch: true, "),
+    )
+    .unwrap();
+    create_gpu_gang(&client, &api, "train", 4, 4).await;
+    let _server = start_gangscaler(&cluster, &config, http, "gangscaler");
+    let mut c = CloudProviderClient::connect(format!("http://127.0.0.1:{grpc}"))
+        .await
+        .unwrap();
+
+    // Stand-in for CA (the real one cannot be built here) asking for fewer nodes than the gang needs.
+    increase_when_synced(&mut c, "gpu", 1).await.unwrap();
+    assert_eq!(
+        target_of(&mut c, "gpu").await,
+        4,
+        "rounded up to the whole gang"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let started = Instant::now();
+    let nodes = eventually(
+        "all four gang members Running",
+        Duration::from_secs(90),
+        || {
+            let pods = pods.clone();
+            async move {
+                let list = pods.list(&ListParams::default()).await.ok()?;
+                let running: BTreeSet<String> = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with("train-"))
+                    })
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                    .collect();
+                (running.len() == 4).then_some(running)
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "gang formed {:.1}s after the increase, on {nodes:?}",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        group_nodes(&client, "gpu").await.len(),
+        4,
+        "exactly the gang's nodes, no more"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
+async fn strict_admission_adds_no_node_when_max_size_allows_only_part_of_a_gang() {
+    let cluster = Cluster::start("gang-partial").await;
+    let client = cluster.client().await;
+    let api = harness::Versions::load().gang_api;
+    let config = cluster.dir.join("gangscaler");
+    let (grpc, http) = write_config(&cluster, &config, "0s");
+    let provider = std::fs::read_to_string(config.join("provider.yaml")).unwrap();
+    std::fs::write(
+        config.join("provider.yaml"),
+        provider.replace("kubernetes: {", "kubernetes: {watch: true, "),
+    )
+    .unwrap();
+    // The group allows 4 nodes; the gang needs 6 whole nodes to form.
+    create_gpu_gang(&client, &api, "big", 6, 6).await;
+    let _server = start_gangscaler(&cluster, &config, http, "gangscaler");
+    let mut c = CloudProviderClient::connect(format!("http://127.0.0.1:{grpc}"))
+        .await
+        .unwrap();
+    let err = increase_when_synced(&mut c, "gpu", 4).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(err.message().contains("default/big"), "{}", err.message());
+    eprintln!("rejection seen by CA: {}", err.message());
+    assert_eq!(target_of(&mut c, "gpu").await, 0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        group_nodes(&client, "gpu").await.is_empty(),
+        "no idle GPU node was added"
+    );
+}
