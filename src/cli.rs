@@ -36,6 +36,15 @@ pub enum Output {
     Json,
 }
 
+/// Output format of `plan`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlanOutput {
+    /// A table.
+    Table,
+    /// JSON.
+    Json,
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -50,6 +59,23 @@ pub enum Command {
         /// Configuration directory.
         #[arg(default_value = "provider-configs")]
         dir: PathBuf,
+    },
+    /// Show, for each pending gang, which node groups can host it whole and with how many
+    /// nodes, and why the others cannot.
+    Plan {
+        /// Configuration directory.
+        #[arg(long, default_value = "provider-configs", env = "GANGSCALER_CONFIG")]
+        config: PathBuf,
+        /// A YAML file of Kubernetes objects (Pods, PodGroups/Workloads, PVCs, PVs,
+        /// StorageClasses, CSIDrivers); without it the live cluster is read (kubeconfig).
+        #[arg(long)]
+        objects: Option<PathBuf>,
+        /// Current target size of a group, `GROUP=N` (repeatable; default 0).
+        #[arg(long = "target", value_name = "GROUP=N")]
+        targets: Vec<String>,
+        /// Output format.
+        #[arg(long, short, value_enum, default_value_t = PlanOutput::Table)]
+        output: PlanOutput,
     },
     /// Print the template Node of a node group.
     Template {
@@ -77,6 +103,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             config,
             output,
         } => run_template(&group, config, output),
+        Command::Plan {
+            config,
+            objects,
+            targets,
+            output,
+        } => run_plan(config, objects, &targets, output).await,
     }
 }
 
@@ -161,4 +193,152 @@ fn run_template(group: &str, dir: PathBuf, output: Output) -> anyhow::Result<()>
     };
     print!("{text}");
     Ok(())
+}
+
+async fn run_plan(
+    dir: PathBuf,
+    objects: Option<PathBuf>,
+    targets: &[String],
+    output: PlanOutput,
+) -> anyhow::Result<()> {
+    let loaded = Source::new(&dir)
+        .load()
+        .with_context(|| format!("loading configuration from {}", dir.display()))?;
+    let mut target_of = std::collections::BTreeMap::new();
+    for t in targets {
+        let (group, n) = t
+            .split_once('=')
+            .with_context(|| format!("--target {t:?}: expected GROUP=N"))?;
+        let n: u32 = n
+            .parse()
+            .with_context(|| format!("--target {t:?}: {n:?} is not a whole number"))?;
+        if !loaded.groups.iter().any(|g| g.id.as_str() == group) {
+            anyhow::bail!("--target {t:?}: no node group {group:?}");
+        }
+        target_of.insert(group.to_owned(), n);
+    }
+    let set = match &objects {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            crate::cluster::ObjectSet::from_yaml_documents(&text)
+                .with_context(|| format!("reading objects from {}", path.display()))?
+        }
+        None => {
+            let client =
+                crate::provision::kwok::KwokProvisioner::client(&loaded.provider.kubernetes)
+                    .await
+                    .context("building a Kubernetes client")?;
+            let shutdown = CancellationToken::new();
+            let view = crate::cluster::ClusterView::start(client, &shutdown)
+                .await
+                .context("reading the cluster")?;
+            view.wait_ready().await;
+            let set = view.snapshot();
+            shutdown.cancel();
+            set
+        }
+    };
+    #[allow(clippy::disallowed_methods)]
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let view = crate::cluster::gangs(&set, now);
+    let gpu_label = &loaded.provider.gpu_label;
+    let groups: Vec<_> = loaded
+        .groups
+        .iter()
+        .map(|g| {
+            let target = target_of.get(g.id.as_str()).copied().unwrap_or(0);
+            (
+                g,
+                crate::planner::NodeShape::from_group(g, gpu_label),
+                target,
+            )
+        })
+        .collect();
+    let plan = crate::planner::plan(&view.gangs, &groups);
+    match output {
+        PlanOutput::Json => {
+            let out = serde_json::json!({
+                "plan": plan,
+                "problems": view.problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "ungroupedPending": view.ungrouped_pending.len(),
+            });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&out).context("encoding JSON")?
+            );
+        }
+        PlanOutput::Table => print_plan_table(&plan, &view),
+    }
+    Ok(())
+}
+
+fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluster::GangView) {
+    use crate::planner::Outcome;
+    if plan.gangs.is_empty() {
+        println!("no pending gangs");
+    }
+    for g in &plan.gangs {
+        println!(
+            "{} ({}) priority {} minCount {} bound {} unbound {} -> best: {}",
+            g.gang,
+            g.gang.api_version,
+            g.priority,
+            g.min_count,
+            g.bound,
+            g.unbound,
+            g.best
+                .as_ref()
+                .map_or_else(|| "none".to_owned(), ToString::to_string)
+        );
+        println!(
+            "  {:<24} {:>8} {:>10} {:>9}  {}",
+            "GROUP", "HEADROOM", "NODES", "MINCOUNT", "VERDICT"
+        );
+        for o in &g.groups {
+            match &o.outcome {
+                Outcome::Fits {
+                    nodes_all,
+                    nodes_min,
+                    fits_headroom,
+                    min_fits_headroom,
+                } => {
+                    let verdict = match (fits_headroom, min_fits_headroom) {
+                        (true, _) => "fits whole".to_owned(),
+                        (false, true) => "fits minCount only".to_owned(),
+                        (false, false) => {
+                            format!("needs {nodes_min}+ nodes, headroom {}", o.headroom)
+                        }
+                    };
+                    println!(
+                        "  {:<24} {:>8} {:>10} {:>9}  {verdict}",
+                        o.group.to_string(),
+                        o.headroom,
+                        nodes_all,
+                        nodes_min
+                    );
+                }
+                Outcome::Unfittable { message, .. } => {
+                    println!(
+                        "  {:<24} {:>8} {:>10} {:>9}  cannot host: {message}",
+                        o.group.to_string(),
+                        o.headroom,
+                        "-",
+                        "-"
+                    );
+                }
+            }
+        }
+    }
+    if !view.ungrouped_pending.is_empty() {
+        println!(
+            "{} pending pod(s) belong to no gang (CA's per-pod semantics apply)",
+            view.ungrouped_pending.len()
+        );
+    }
+    for p in &view.problems {
+        println!("problem: {p}");
+    }
 }
