@@ -22,6 +22,8 @@ pub struct Endpoints {
     pub metrics: Arc<Metrics>,
     /// Set once the gRPC server accepts calls.
     pub ready: Arc<AtomicBool>,
+    /// Set once the cluster view (if any) has synced; admission refuses to plan before.
+    pub synced: Arc<AtomicBool>,
 }
 
 impl Endpoints {
@@ -33,7 +35,9 @@ impl Endpoints {
                 self.metrics.encode(),
             ),
             "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
-            "/readyz" if self.ready.load(Ordering::Acquire) => {
+            "/readyz"
+                if self.ready.load(Ordering::Acquire) && self.synced.load(Ordering::Acquire) =>
+            {
                 (StatusCode::OK, "text/plain", "ready\n".to_owned())
             }
             "/readyz" => (

@@ -86,6 +86,7 @@ pub struct Server {
     ready: Arc<AtomicBool>,
     kwok: Option<Arc<KwokProvisioner>>,
     watch_shutdown: CancellationToken,
+    synced: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Server {
@@ -161,6 +162,7 @@ impl Server {
             _ => None,
         };
         let watch_shutdown = CancellationToken::new();
+        let synced = Arc::new(AtomicBool::new(!k8s.watch));
         let view = match (&client, k8s.watch) {
             (Some(client), true) => {
                 let view = ClusterView::start(client.clone(), &watch_shutdown)
@@ -168,7 +170,11 @@ impl Server {
                     .map_err(Error::Watch)?;
                 let view = Arc::new(view);
                 let syncing = view.clone();
-                tokio::spawn(async move { syncing.wait_ready().await });
+                let flag = synced.clone();
+                tokio::spawn(async move {
+                    syncing.wait_ready().await;
+                    flag.store(true, Ordering::Release);
+                });
                 Some(view)
             }
             _ => {
@@ -209,6 +215,7 @@ impl Server {
             ready: Arc::new(AtomicBool::new(false)),
             kwok,
             watch_shutdown,
+            synced,
         })
     }
 
@@ -237,6 +244,7 @@ impl Server {
         let endpoints = Endpoints {
             metrics: self.metrics.clone(),
             ready: self.ready.clone(),
+            synced: self.synced.clone(),
         };
         let http_task = tokio::spawn(endpoints.serve(self.http, shutdown.clone()));
         let kwok_task = self.kwok.clone().map(|kwok| {
