@@ -45,6 +45,64 @@ pub enum PlanOutput {
     Json,
 }
 
+/// Output format of `audit report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportOutput {
+    /// A table.
+    Table,
+    /// JSON.
+    Json,
+}
+
+/// `audit` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Formation time (P50/P95/P99), start success rate, attach failure rate and pending time,
+    /// overall and per node group, for a time window. Bad or truncated lines are reported on
+    /// stderr with their line numbers and skipped.
+    Report {
+        /// Audit log files, read in the order given (oldest first).
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+        /// Also read each LOG's rotated files (`LOG.N` ... `LOG.1`, oldest first) before it.
+        #[arg(long)]
+        rotated: bool,
+        /// Start of the window (inclusive): an RFC 3339 time, unix milliseconds, or a
+        /// duration before now such as `24h`.
+        #[arg(long)]
+        since: Option<String>,
+        /// End of the window (exclusive), in the same forms.
+        #[arg(long)]
+        until: Option<String>,
+        /// Output format.
+        #[arg(long, short, value_enum, default_value_t = ReportOutput::Table)]
+        output: ReportOutput,
+    },
+    /// Append COUNT records to FILE, printing each sequence number once it is acknowledged
+    /// (for crash tests).
+    #[command(hide = true)]
+    Stress {
+        /// The log (`--log` is the global log filter).
+        #[arg(long)]
+        file: PathBuf,
+        /// Records to append.
+        #[arg(long)]
+        count: u64,
+        /// Rotation size.
+        #[arg(long, default_value_t = 64 << 20)]
+        max_bytes: u64,
+        /// Rotated files kept.
+        #[arg(long, default_value_t = 5)]
+        keep: u32,
+        /// Padding bytes per record.
+        #[arg(long, default_value_t = 512)]
+        pad: usize,
+        /// Also copy each record to stdout (before its sequence number).
+        #[arg(long)]
+        copy_to_stdout: bool,
+    },
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -88,6 +146,12 @@ pub enum Command {
         #[arg(long, short, value_enum, default_value_t = Output::Yaml)]
         output: Output,
     },
+    /// Read the audit log.
+    Audit {
+        /// What to do.
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
 }
 
 /// Runs the parsed command.
@@ -109,7 +173,160 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             targets,
             output,
         } => run_plan(config, objects, &targets, output).await,
+        Command::Audit { command } => run_audit(command),
     }
+}
+
+fn run_audit(command: AuditCommand) -> anyhow::Result<()> {
+    match command {
+        AuditCommand::Report {
+            logs,
+            rotated,
+            since,
+            until,
+            output,
+        } => run_audit_report(&logs, rotated, since.as_deref(), until.as_deref(), output),
+        AuditCommand::Stress {
+            file,
+            count,
+            max_bytes,
+            keep,
+            pad,
+            copy_to_stdout,
+        } => run_audit_stress(file, count, max_bytes, keep, pad, copy_to_stdout),
+    }
+}
+
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the CLI reads the clock for `now`"
+)]
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// An RFC 3339 time, unix milliseconds, or a duration before `now_ms`.
+fn parse_time(flag: &str, s: &str, now_ms: i64) -> anyhow::Result<i64> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    if let Ok(t) = humantime::parse_rfc3339_weak(s) {
+        let d = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .with_context(|| format!("{flag} {s:?}: before 1970"))?;
+        return Ok(i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    }
+    let ago = humantime::parse_duration(s).map_err(|_| {
+        anyhow::anyhow!(
+            "{flag} {s:?}: expected an RFC 3339 time, unix milliseconds or a duration such as 24h"
+        )
+    })?;
+    Ok(now_ms.saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX)))
+}
+
+fn run_audit_report(
+    logs: &[PathBuf],
+    rotated: bool,
+    since: Option<&str>,
+    until: Option<&str>,
+    output: ReportOutput,
+) -> anyhow::Result<()> {
+    use crate::audit;
+    let now = now_ms();
+    let window = audit::Window::new(
+        since.map(|s| parse_time("--since", s, now)).transpose()?,
+        until.map(|s| parse_time("--until", s, now)).transpose()?,
+    );
+    let mut files = Vec::new();
+    for log in logs {
+        if rotated {
+            files.extend(audit::rotated_paths(log)?);
+        } else {
+            files.push(log.clone());
+        }
+    }
+    let reading = audit::read_files(&files)?;
+    for bad in &reading.bad {
+        eprintln!("warning: skipped {bad}");
+    }
+    let report = audit::Report::compute(&reading.records, window);
+    match output {
+        ReportOutput::Json => {
+            #[derive(serde::Serialize)]
+            #[serde(rename_all = "camelCase")]
+            struct Json<'a> {
+                #[serde(flatten)]
+                report: &'a audit::Report,
+                files: Vec<String>,
+                bad_lines: &'a [audit::BadLine],
+            }
+            let json = Json {
+                report: &report,
+                files: files.iter().map(|f| f.display().to_string()).collect(),
+                bad_lines: &reading.bad,
+            };
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json).context("encoding JSON")?
+            );
+        }
+        ReportOutput::Table => {
+            print!("{}", report.to_table());
+            if !reading.bad.is_empty() {
+                println!(
+                    "\n{} bad line(s) skipped (listed on stderr)",
+                    reading.bad.len()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_audit_stress(
+    log: PathBuf,
+    count: u64,
+    max_bytes: u64,
+    keep: u32,
+    pad: usize,
+    copy_to_stdout: bool,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+
+    use crate::audit::{self, PhaseEvent, Record};
+    let config = audit::Config::new()
+        .with_max_bytes(max_bytes)
+        .with_keep_files(keep)
+        .with_copy_to_stdout(copy_to_stdout);
+    let log = audit::AuditLog::open(log, config)?;
+    if log.repaired_bytes() > 0 {
+        eprintln!("repaired a torn tail of {} bytes", log.repaired_bytes());
+    }
+    let detail = "x".repeat(pad);
+    for seq in 0..count {
+        let now = now_ms();
+        let record = Record::new(
+            now,
+            PhaseEvent {
+                scale_up_id: format!("stress-{seq}"),
+                node_group: "stress".into(),
+                gang: None,
+                phase: audit::Phase::NodesReady,
+                at_ms: now,
+                elapsed_ms: seq,
+                detail: Some(detail.clone()),
+            },
+        );
+        log.append(&record)?;
+        // Locked per record: the log takes stdout's lock for its copy.
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{seq}")
+            .and_then(|()| out.flush())
+            .context("writing to stdout")?;
+    }
+    Ok(())
 }
 
 async fn run_serve(dir: PathBuf) -> anyhow::Result<()> {
@@ -294,8 +511,8 @@ fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluster::GangView
                 .map_or_else(|| "none".to_owned(), ToString::to_string)
         );
         println!(
-            "  {:<24} {:>8} {:>10} {:>9}  {}",
-            "GROUP", "HEADROOM", "NODES", "MINCOUNT", "VERDICT"
+            "  {:<24} {:>8} {:>10} {:>9}  VERDICT",
+            "GROUP", "HEADROOM", "NODES", "MINCOUNT"
         );
         for o in &g.groups {
             match &o.outcome {

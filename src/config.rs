@@ -130,6 +130,19 @@ impl Default for KubernetesSettings {
     }
 }
 
+/// Where the durable audit log goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditSettings {
+    /// The live log file (rotated files get `.1`, `.2`, ...).
+    pub path: PathBuf,
+    /// Rotate when the file would pass this size.
+    pub max_bytes: u64,
+    /// Rotated files kept.
+    pub keep_files: u32,
+    /// Also write every record to stdout.
+    pub stdout: bool,
+}
+
 /// Settings from the provider file that are not per node group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderSettings {
@@ -145,6 +158,8 @@ pub struct ProviderSettings {
     pub kubernetes: KubernetesSettings,
     /// Gang admission policy for `NodeGroupIncreaseSize` (active when `kubernetes.watch`).
     pub admission_policy: crate::planner::Policy,
+    /// The durable audit log of admission decisions, if configured.
+    pub audit: Option<AuditSettings>,
 }
 
 /// A loaded, validated configuration.

@@ -78,6 +78,7 @@ pub struct Engine {
     provisioners: HashMap<&'static str, Arc<dyn Provisioner>>,
     metrics: Arc<Metrics>,
     admission: Option<admission::Admission>,
+    audit: Option<Arc<crate::audit::Recorder>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -112,6 +113,7 @@ impl Engine {
             provisioners: provisioners.into_iter().map(|p| (p.kind(), p)).collect(),
             metrics,
             admission: None,
+            audit: None,
         };
         let loaded = engine.config.load_full();
         engine.sync(&loaded.groups).await?;
@@ -127,6 +129,13 @@ impl Engine {
         source: Arc<dyn admission::GangSource>,
     ) -> Self {
         self.admission = Some(admission::Admission::new(policy, source));
+        self
+    }
+
+    /// Writes every admission decision to the durable audit log behind `recorder`.
+    #[must_use]
+    pub fn with_audit(mut self, recorder: Arc<crate::audit::Recorder>) -> Self {
+        self.audit = Some(recorder);
         self
     }
 
@@ -313,6 +322,7 @@ impl Engine {
             "admission decision"
         );
         if !decision.is_accepted() || decision.applied_delta == 0 {
+            self.audit_decision(&decision, now);
             return Err(Error::Rejected {
                 group: g.id.clone(),
                 reason: decision.reason,
@@ -321,6 +331,8 @@ impl Engine {
         let result = backend.increase(g, decision.applied_delta).await;
         self.observe(g, "increase", &result);
         let new_target = result?;
+        // Recorded after the provisioner answered: the log says what happened.
+        self.audit_decision(&decision, now);
         admission.record(&decision, now);
         info!(node_group.id = %g.id, ca_delta = delta, applied_delta = decision.applied_delta, target = new_target, "target size increased");
         Ok(new_target)
@@ -439,6 +451,25 @@ impl Engine {
     /// The GPU types CA may see.
     pub fn gpu_types(&self) -> Vec<String> {
         self.config.load().gpu_types()
+    }
+
+    /// Appends a decision to the audit log. A failed write is logged and counted but does not
+    /// fail the RPC: an unwritable disk must not stop the autoscaler.
+    fn audit_decision(&self, decision: &crate::planner::Decision, now_unix: i64) {
+        let Some(recorder) = &self.audit else {
+            return;
+        };
+        match recorder.decision(decision, now_unix.saturating_mul(1000), None) {
+            Ok(id) => {
+                if let Some(id) = id {
+                    info!(node_group.id = %decision.group, scale_up.id = %id, "scale-up recorded");
+                }
+            }
+            Err(e) => {
+                error!(node_group.id = %decision.group, error = %e, "writing the audit log failed");
+                self.metrics.audit_write_failures.inc();
+            }
+        }
     }
 
     fn observe<T>(

@@ -15,6 +15,7 @@
 //! - [`grpc`]: the externalgrpc service: decode, call the engine, encode; one error table.
 //! - [`server`]: wires TLS, the gRPC server, the HTTP endpoints and shutdown.
 
+pub mod audit;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -67,6 +67,8 @@ pub struct Metrics {
     pub config_valid: Gauge,
     /// Gang admission decisions by verdict and rule.
     pub admission_decisions: Family<DecisionLabels, Counter>,
+    /// Audit records that could not be written.
+    pub audit_write_failures: Counter,
 }
 
 fn rpc_buckets() -> impl Iterator<Item = f64> {
@@ -91,6 +93,12 @@ impl Metrics {
         let config_reloads = Family::<OutcomeLabels, Counter>::default();
         let config_valid = Gauge::default();
         let admission_decisions = Family::<DecisionLabels, Counter>::default();
+        let audit_write_failures = Counter::default();
+        registry.sub_registry_with_prefix("audit").register(
+            "write_failures",
+            "audit records that could not be written",
+            audit_write_failures.clone(),
+        );
         registry.sub_registry_with_prefix("admission").register(
             "decisions",
             "gang admission decisions in NodeGroupIncreaseSize, by verdict and rule",
@@ -132,6 +140,7 @@ impl Metrics {
             config_reloads,
             config_valid,
             admission_decisions,
+            audit_write_failures,
         }
     }
 

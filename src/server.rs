@@ -68,6 +68,9 @@ pub enum Error {
     /// The Kubernetes client for the kwok backend could not be built.
     #[error("connecting to Kubernetes for the kwok backend")]
     Kubernetes(#[source] kube::Error),
+    /// The audit log could not be opened.
+    #[error("opening the audit log")]
+    Audit(#[source] crate::audit::Error),
     /// The cluster view could not start.
     #[error("starting the cluster view")]
     Watch(#[source] crate::cluster::WatchError),
@@ -185,9 +188,31 @@ impl Server {
             }
         };
         let policy = loaded.provider.admission_policy;
+        let audit_settings = loaded.provider.audit.clone();
         let mut engine = Engine::new(loaded, source, provisioners, metrics.clone())
             .await
             .map_err(Error::Engine)?;
+        if let Some(audit) = &audit_settings {
+            let config = crate::audit::Config::new()
+                .with_max_bytes(audit.max_bytes)
+                .with_keep_files(audit.keep_files)
+                .with_copy_to_stdout(audit.stdout);
+            let (recorder, resumed) = crate::audit::Recorder::open(
+                &audit.path,
+                config,
+                crate::audit::Timeouts::default(),
+            )
+            .map_err(Error::Audit)?;
+            info!(
+                audit.path = %audit.path.display(),
+                records = resumed.records,
+                open = resumed.open,
+                bad_lines = resumed.bad.len(),
+                repaired_bytes = resumed.repaired_bytes,
+                "audit log opened"
+            );
+            engine = engine.with_audit(Arc::new(recorder));
+        }
         if let Some(view) = &view {
             info!(policy = policy.as_str(), gang.api = ?view.gang_api(), "gang admission active");
             engine = engine.with_admission(policy, view.clone());

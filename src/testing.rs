@@ -68,6 +68,7 @@ pub fn loaded(mut groups: Vec<NodeGroupSpec>) -> Loaded {
             node_groups_dir: "nodegroups".into(),
             kubernetes: Default::default(),
             admission_policy: Default::default(),
+            audit: None,
         },
         groups,
     }

@@ -208,3 +208,39 @@ async fn an_unsynced_cluster_view_answers_unavailable_instead_of_guessing() {
     assert_eq!(status::code(&err), tonic::Code::Unavailable);
     assert_eq!(e.target_size("h100").await.unwrap(), 0);
 }
+
+#[tokio::test]
+async fn every_decision_lands_in_the_audit_log_rejections_included() {
+    use gangscaler::audit::{self, Event, Recorder, Timeouts, Verdict};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
+    let objects = gang("train", 8, 8, 8, 0, 0, "2026-11-29T10:00:00Z");
+    let e = engine(h100(8), Policy::Strict, &objects)
+        .await
+        .with_audit(Arc::new(recorder));
+    assert_eq!(e.increase_size("h100", 8).await.unwrap(), 8);
+    assert!(e.increase_size("h100", 1).await.is_err(), "at max");
+
+    let reading = audit::read_files(&[path]).unwrap();
+    assert!(reading.bad.is_empty(), "{:?}", reading.bad);
+    let decisions: Vec<_> = reading
+        .records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Decision(d) => Some(d),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(decisions.len(), 2);
+    assert_eq!(decisions[0].verdict, Verdict::Accept);
+    assert_eq!((decisions[0].ca_delta, decisions[0].applied_delta), (8, 8));
+    assert!(
+        decisions[0].scale_up_id.is_some(),
+        "an accepted scale-up gets an id"
+    );
+    assert_eq!(decisions[0].gangs[0].gang.name, "train");
+    assert_eq!(decisions[1].verdict, Verdict::Reject);
+    assert_eq!(decisions[1].applied_delta, 0);
+    assert!(decisions[1].scale_up_id.is_none());
+}

@@ -115,6 +115,25 @@ pub fn provider(
     }
     let kubernetes = kubernetes_settings(root.obj_or_empty("kubernetes", errs), dir, errs);
     let admission_policy = admission_policy(root.obj_or_empty("admission", errs), errs);
+    let audit = root.obj("audit", errs).and_then(|mut a| {
+        let path = a.required_string("path", errs).map(|p| dir.join(p));
+        let max_bytes = a
+            .int("maxBytes", 4096, i64::MAX, errs)
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(64 << 20);
+        let keep_files = a
+            .int("keepFiles", 0, 1000, errs)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(5);
+        let stdout = a.bool("stdout", errs).unwrap_or(false);
+        a.finish(errs);
+        Some(super::AuditSettings {
+            path: path?,
+            max_bytes,
+            keep_files,
+            stdout,
+        })
+    });
     root.finish(errs);
     let settings = server.map(|server| ProviderSettings {
         server,
@@ -123,6 +142,7 @@ pub fn provider(
         node_groups_dir,
         kubernetes,
         admission_policy,
+        audit,
     });
     (settings, defaults)
 }

@@ -1,0 +1,428 @@
+//! [`AuditLog`]: the append-only JSON Lines writer.
+//!
+//! # Durability
+//!
+//! [`AuditLog::append`] encodes the record as one line ending in `\n`, writes it with a single
+//! `write_all` to a file opened in append mode, then calls `fdatasync` (`sync_data`) before it
+//! returns. A record is *acknowledged* when `append` returns `Ok`; an acknowledged record has
+//! reached the disk, so `kill -9` (or a power cut) cannot lose it.
+//!
+//! A crash in the middle of `append` can leave at most one partial line at the end of the file,
+//! never in the middle: records are only ever added at the end, one at a time under a mutex.
+//! [`AuditLog::open`] cuts such a torn tail off (everything after the last `\n`) before it
+//! appends anything, and [`AuditLog::repaired_bytes`] says how much it cut; those bytes were
+//! never acknowledged. If a write or sync fails, `append` truncates the file back to its last
+//! acknowledged length before returning the error, so a failed record leaves nothing behind
+//! and the caller may retry it without creating a duplicate.
+//!
+//! One process writes a log at a time; nothing enforces this (no lock file).
+//!
+//! # Cost
+//!
+//! Each append blocks the calling thread for one `fdatasync`: tens of microseconds on a
+//! local NVMe disk, milliseconds on network or spinning storage. Records are written per
+//! admission decision and per phase transition (a few per second at most), so calling
+//! `append` directly from async code is acceptable; a caller on a latency-critical path may
+//! wrap it in `tokio::task::spawn_blocking` instead. The log is thread-safe (`Sync`).
+//!
+//! # Rotation
+//!
+//! When a record would take the live file past [`Config::max_bytes`] (and the file is not
+//! empty), the live file is synced and renamed to `<path>.1`, older files shift up
+//! (`<path>.1` → `<path>.2`, …), the one past [`Config::keep_files`] is deleted, a fresh live
+//! file is created and the directory is synced. Each rename is atomic, so a crash during
+//! rotation can leave a gap in the numbering but never a duplicate or partial file. Reading
+//! [`rotated_paths`](super::read::rotated_paths) in order gives every record once, oldest first.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use super::record::Record;
+use super::{Error, Result};
+
+/// A torn tail longer than this is not a partial record of ours: [`AuditLog::open`] refuses
+/// to cut it.
+pub const MAX_TORN_TAIL: u64 = 4 << 20;
+
+/// Writer settings, built with `with_*` setters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Rotate when a record would take the live file past this many bytes (64 MiB by default).
+    pub max_bytes: u64,
+    /// Rotated files to keep (`<path>.1` … `<path>.N`; 5 by default). With 0, rotation
+    /// discards the old records.
+    pub keep_files: u32,
+    /// Also print every acknowledged line on stdout (off by default).
+    pub copy_to_stdout: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_bytes: 64 << 20,
+            keep_files: 5,
+            copy_to_stdout: false,
+        }
+    }
+}
+
+impl Config {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the rotation size.
+    #[must_use]
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// Sets how many rotated files to keep.
+    #[must_use]
+    pub fn with_keep_files(mut self, keep_files: u32) -> Self {
+        self.keep_files = keep_files;
+        self
+    }
+
+    /// Sets whether acknowledged lines are copied to stdout.
+    #[must_use]
+    pub fn with_copy_to_stdout(mut self, copy: bool) -> Self {
+        self.copy_to_stdout = copy;
+        self
+    }
+}
+
+/// The path of the `n`th rotated file of `path`: `<path>.<n>`.
+pub fn rotated_path(path: &Path, n: u32) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(format!(".{n}"));
+    PathBuf::from(s)
+}
+
+#[derive(Debug)]
+struct Live {
+    file: File,
+    /// Length of the file up to the last acknowledged record.
+    len: u64,
+}
+
+/// The append-only audit log (see the module docs for the guarantees).
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    config: Config,
+    repaired_bytes: u64,
+    // A std mutex: the critical section is one write and one fdatasync, never held across an
+    // await, and callers may be sync or async.
+    live: Mutex<Live>,
+}
+
+impl AuditLog {
+    /// Opens (or creates) the log at `path` and cuts off a torn tail left by a crash.
+    ///
+    /// # Errors
+    /// [`Error::Open`] if the file cannot be opened or created (its directory must exist);
+    /// [`Error::Repair`] if the torn tail cannot be cut, or is longer than [`MAX_TORN_TAIL`]
+    /// (the file is then probably not an audit log, and is left as it is).
+    pub fn open(path: impl Into<PathBuf>, config: Config) -> Result<Self> {
+        let path = path.into();
+        let (file, created) = open_live(&path).map_err(|source| Error::Open {
+            path: path.clone(),
+            source,
+        })?;
+        let mut live = Live { file, len: 0 };
+        let repaired_bytes = repair(&mut live).map_err(|source| Error::Repair {
+            path: path.clone(),
+            source,
+        })?;
+        if repaired_bytes > 0 {
+            tracing::warn!(
+                audit.path = %path.display(),
+                bytes = repaired_bytes,
+                "cut a torn, unacknowledged last line from the audit log"
+            );
+        }
+        if created {
+            sync_dir(&path).map_err(|source| Error::Open {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(Self {
+            path,
+            config,
+            repaired_bytes,
+            live: Mutex::new(live),
+        })
+    }
+
+    /// The live file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The settings.
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// Bytes of a torn (unacknowledged) last line that [`open`](Self::open) cut off.
+    pub fn repaired_bytes(&self) -> u64 {
+        self.repaired_bytes
+    }
+
+    /// Bytes in the live file.
+    pub fn len(&self) -> u64 {
+        self.lock().len
+    }
+
+    /// Whether the live file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Live> {
+        // Every path that fails mid-append restores `len` and the file before unwinding, so
+        // the state behind a poisoned lock is still consistent.
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Appends one record as one line and syncs it to disk; the record is acknowledged (it
+    /// survives `kill -9` and power loss) once this returns `Ok`. Rotates first if the line
+    /// would take the live file past [`Config::max_bytes`].
+    ///
+    /// # Errors
+    /// [`Error::Encode`], [`Error::Rotate`] or [`Error::Write`]; the record is then not in the
+    /// log (a partial write is truncated away) and may be retried.
+    pub fn append(&self, record: &Record) -> Result<()> {
+        let mut line = record.to_line().map_err(Error::Encode)?;
+        line.push('\n');
+        let bytes = line.as_bytes();
+        let mut live = self.lock();
+        let grown = live.len.saturating_add(bytes.len() as u64);
+        if live.len > 0 && grown > self.config.max_bytes {
+            self.rotate(&mut live).map_err(|source| Error::Rotate {
+                path: self.path.clone(),
+                source,
+            })?;
+        }
+        let written = live
+            .file
+            .write_all(bytes)
+            .and_then(|()| live.file.sync_data());
+        if let Err(source) = written {
+            // Take back whatever part of the line reached the file, so the next record does
+            // not follow a partial line. If even that fails, the next `open` repairs it.
+            let len = live.len;
+            let _ = live.file.set_len(len).and_then(|()| live.file.sync_data());
+            return Err(Error::Write {
+                path: self.path.clone(),
+                source,
+            });
+        }
+        live.len = live.len.saturating_add(bytes.len() as u64);
+        drop(live);
+        if self.config.copy_to_stdout {
+            // The record is already durable; a closed stdout must not fail the append.
+            let mut out = io::stdout().lock();
+            let _ = out.write_all(bytes).and_then(|()| out.flush());
+        }
+        Ok(())
+    }
+
+    fn rotate(&self, live: &mut Live) -> io::Result<()> {
+        live.file.sync_all()?;
+        let keep = self.config.keep_files;
+        if keep > 0 {
+            ignore_missing(fs::remove_file(rotated_path(&self.path, keep)))?;
+            for n in (1..keep).rev() {
+                ignore_missing(fs::rename(
+                    rotated_path(&self.path, n),
+                    rotated_path(&self.path, n + 1),
+                ))?;
+            }
+            ignore_missing(fs::rename(&self.path, rotated_path(&self.path, 1)))?;
+        } else {
+            ignore_missing(fs::remove_file(&self.path))?;
+        }
+        let (file, _) = open_live(&self.path)?;
+        sync_dir(&self.path)?;
+        *live = Live { file, len: 0 };
+        Ok(())
+    }
+}
+
+fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Opens `path` for reading and appending, creating it; says whether it was created.
+fn open_live(path: &Path) -> io::Result<(File, bool)> {
+    match OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let f = OpenOptions::new().read(true).append(true).open(path)?;
+            Ok((f, false))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Makes a created or renamed directory entry durable.
+fn sync_dir(path: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        File::open(dir)?.sync_all()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Ok(())
+    }
+}
+
+/// Cuts everything after the last `\n` and sets `live.len`; returns the bytes cut.
+fn repair(live: &mut Live) -> io::Result<u64> {
+    const CHUNK: u64 = 64 << 10;
+    let len = live.file.metadata()?.len();
+    let mut buf = vec![0u8; usize::try_from(CHUNK).unwrap_or(65_536)];
+    let mut end = len;
+    let keep = loop {
+        if end == 0 {
+            break 0;
+        }
+        let start = end.saturating_sub(CHUNK);
+        let n = usize::try_from(end - start).unwrap_or(0);
+        let chunk = &mut buf[..n];
+        live.file.seek(SeekFrom::Start(start))?;
+        live.file.read_exact(chunk)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            break start + i as u64 + 1;
+        }
+        if len - start > MAX_TORN_TAIL {
+            return Err(io::Error::other(format!(
+                "more than {MAX_TORN_TAIL} bytes without a newline at the end: \
+                 not an audit log, left untouched"
+            )));
+        }
+        end = start;
+    };
+    if len - keep > MAX_TORN_TAIL {
+        return Err(io::Error::other(format!(
+            "{} bytes without a newline at the end: not an audit log, left untouched",
+            len - keep
+        )));
+    }
+    if keep < len {
+        live.file.set_len(keep)?;
+        live.file.sync_all()?;
+    }
+    live.len = keep;
+    Ok(len - keep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::record::{Phase, PhaseEvent};
+
+    fn record(n: u64) -> Record {
+        Record::new(
+            1_000 + i64::try_from(n).unwrap(),
+            PhaseEvent {
+                scale_up_id: format!("su-{n}"),
+                node_group: "g".into(),
+                gang: None,
+                phase: Phase::NodesReady,
+                at_ms: 1_000,
+                elapsed_ms: n,
+                detail: None,
+            },
+        )
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_back_to_the_last_newline_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, Config::new()).unwrap();
+        log.append(&record(1)).unwrap();
+        let good = fs::read(&path).unwrap();
+        drop(log);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        let torn = b"{\"schema\":1,\"tsMs\":12";
+        f.write_all(torn).unwrap();
+        drop(f);
+
+        let log = AuditLog::open(&path, Config::new()).unwrap();
+        assert_eq!(log.repaired_bytes(), torn.len() as u64);
+        assert_eq!(fs::read(&path).unwrap(), good);
+        log.append(&record(2)).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 2);
+        for line in text.lines() {
+            Record::parse_line(line).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_one_torn_line_becomes_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        fs::write(&path, b"{\"schema\":1").unwrap();
+        let log = AuditLog::open(&path, Config::new()).unwrap();
+        assert_eq!(log.repaired_bytes(), 11);
+        assert!(log.is_empty());
+    }
+
+    #[test]
+    fn a_long_tail_without_newline_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("not-a-log.bin");
+        let junk = vec![b'x'; usize::try_from(MAX_TORN_TAIL).unwrap() + 10];
+        fs::write(&path, &junk).unwrap();
+        let err = AuditLog::open(&path, Config::new()).unwrap_err();
+        assert!(matches!(err, Error::Repair { .. }), "{err}");
+        assert!(err.to_string().contains("not-a-log.bin"), "{err}");
+        assert_eq!(fs::metadata(&path).unwrap().len(), junk.len() as u64);
+    }
+
+    #[test]
+    fn opening_in_a_missing_directory_names_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope").join("audit.jsonl");
+        let err = AuditLog::open(&path, Config::new()).unwrap_err();
+        assert_eq!(err.kind(), "open");
+        assert!(err.to_string().contains("nope/audit.jsonl"), "{err}");
+    }
+
+    #[test]
+    fn rotation_with_no_kept_files_starts_the_live_file_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log =
+            AuditLog::open(&path, Config::new().with_max_bytes(1).with_keep_files(0)).unwrap();
+        log.append(&record(1)).unwrap();
+        log.append(&record(2)).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1);
+        assert!(text.contains("su-2"));
+        assert!(!rotated_path(&path, 1).exists());
+    }
+}

@@ -1,0 +1,209 @@
+//! Reading audit logs back: every line that parses becomes a [`Record`]; every other line
+//! (bad JSON, an unknown event or schema version, an empty line, a last line without its
+//! newline) becomes a [`BadLine`] naming the file and line number, and is skipped. Only a file
+//! that cannot be read at all is an error.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::log::rotated_path;
+use super::record::Record;
+use super::{Error, Result};
+
+/// A line that was skipped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BadLine {
+    /// The file, as given.
+    pub file: String,
+    /// 1-based line number.
+    pub line: u64,
+    /// What is wrong with it.
+    pub error: String,
+}
+
+impl fmt::Display for BadLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.error)
+    }
+}
+
+/// What reading some files gave.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// The records, in file order then line order.
+    pub records: Vec<Record>,
+    /// The skipped lines, in the same order.
+    pub bad: Vec<BadLine>,
+}
+
+/// Reads `paths` in the order given.
+///
+/// # Errors
+/// [`Error::Read`] naming the first file that cannot be opened or read; bad lines are not
+/// errors.
+pub fn read_files<P: AsRef<Path>>(paths: &[P]) -> Result<Reading> {
+    let mut out = Reading::default();
+    for path in paths {
+        let path = path.as_ref();
+        let read = File::open(path).and_then(|f| read_lines(BufReader::new(f), path, &mut out));
+        read.map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
+    Ok(out)
+}
+
+/// Reads the lines of one source into `out`, naming it `file` in bad lines.
+///
+/// # Errors
+/// The I/O error of the reader.
+pub fn read_lines(mut reader: impl BufRead, file: &Path, out: &mut Reading) -> io::Result<()> {
+    let name = file.display().to_string();
+    let mut buf = Vec::new();
+    let mut line_no = 0u64;
+    loop {
+        buf.clear();
+        if reader.read_until(b'\n', &mut buf)? == 0 {
+            return Ok(());
+        }
+        line_no += 1;
+        let bad = |error: String| BadLine {
+            file: name.clone(),
+            line: line_no,
+            error,
+        };
+        let Some(body) = buf.strip_suffix(b"\n") else {
+            out.bad.push(bad(format!(
+                "truncated: {} bytes without a newline at the end of the file \
+                 (a write that was never acknowledged)",
+                buf.len()
+            )));
+            return Ok(());
+        };
+        let parsed = match std::str::from_utf8(body) {
+            Err(e) => Err(format!("not UTF-8: {e}")),
+            Ok(text) if text.trim().is_empty() => Err("empty line".to_owned()),
+            Ok(text) => Record::parse_line(text),
+        };
+        match parsed {
+            Ok(record) => out.records.push(record),
+            Err(error) => out.bad.push(bad(error)),
+        }
+    }
+}
+
+/// The existing rotated files of `path` (`<path>.N` … `<path>.1`, oldest first), followed by
+/// `path` itself: the order in which they hold the records.
+///
+/// # Errors
+/// [`Error::Read`] if the directory cannot be listed.
+pub fn rotated_paths(path: &Path) -> Result<Vec<PathBuf>> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Some(base) = path.file_name().and_then(|n| n.to_str()) else {
+        return Ok(vec![path.to_owned()]);
+    };
+    let prefix = format!("{base}.");
+    let entries = std::fs::read_dir(dir).map_err(|source| Error::Read {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut numbers: Vec<u32> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name();
+            let n = name.to_str()?.strip_prefix(&prefix)?;
+            if n.starts_with('0') {
+                return None;
+            }
+            n.parse::<u32>().ok()
+        })
+        .collect();
+    numbers.sort_unstable_by(|a, b| b.cmp(a));
+    let mut paths: Vec<PathBuf> = numbers.into_iter().map(|n| rotated_path(path, n)).collect();
+    paths.push(path.to_owned());
+    Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Reading {
+        let mut out = Reading::default();
+        read_lines(text.as_bytes(), Path::new("mem.jsonl"), &mut out).unwrap();
+        out
+    }
+
+    const GOOD: &str = r#"{"schema":1,"tsMs":5,"event":"phase","scaleUpId":"a","nodeGroup":"g","gang":null,"phase":"nodesReady","atMs":5,"elapsedMs":0,"detail":null}"#;
+
+    #[test]
+    fn every_kind_of_bad_line_is_named_with_its_number_and_skipped() {
+        let text = format!(
+            "{GOOD}\nnot json\n\n{}\n{}\n{}\n\u{0}\u{0}\n{GOOD}\n{{\"schema\":1",
+            GOOD.replace("\"phase\",", "\"teleport\","),
+            GOOD.replace("\"schema\":1", "\"schema\":2"),
+            GOOD.replace("\"schema\":1,", ""),
+        );
+        let r = read(&text);
+        assert_eq!(r.records.len(), 2);
+        let got: Vec<(u64, &str)> = r.bad.iter().map(|b| (b.line, b.error.as_str())).collect();
+        assert_eq!(got.len(), 7, "{got:?}");
+        assert_eq!(got[0].0, 2);
+        assert!(got[0].1.starts_with("not a JSON object"), "{}", got[0].1);
+        assert_eq!(got[1], (3, "empty line"));
+        assert_eq!(got[2].0, 4);
+        assert!(
+            got[2].1.contains("unknown variant `teleport`"),
+            "{}",
+            got[2].1
+        );
+        assert_eq!(
+            got[3],
+            (5, "unsupported schema version 2 (this build reads 1)")
+        );
+        assert_eq!(got[4], (6, "missing field `schema`"));
+        assert_eq!(got[5].0, 7);
+        assert_eq!(got[6].0, 9);
+        assert!(got[6].1.starts_with("truncated: 11 bytes"), "{}", got[6].1);
+        assert_eq!(r.bad[0].to_string().split(':').next(), Some("mem.jsonl"));
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_bad_line_not_an_error() {
+        let mut out = Reading::default();
+        let bytes: &[u8] = b"\xff\xfe\n";
+        read_lines(bytes, Path::new("x"), &mut out).unwrap();
+        assert_eq!(out.bad.len(), 1);
+        assert!(out.bad[0].error.starts_with("not UTF-8"));
+    }
+
+    #[test]
+    fn rotated_paths_lists_oldest_first_and_ignores_look_alikes() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("a.jsonl");
+        for name in [
+            "a.jsonl.1",
+            "a.jsonl.10",
+            "a.jsonl.2",
+            "a.jsonl.x",
+            "a.jsonl.01",
+        ] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        let names: Vec<String> = rotated_paths(&live)
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a.jsonl.10", "a.jsonl.2", "a.jsonl.1", "a.jsonl"]);
+    }
+}
