@@ -2,7 +2,8 @@
 //! objects we read ([`ObjectSet`]), one adapter per gang-scheduling API version
 //! ([`adapters`]), the join of pods to their gangs ([`gangs`]) and per-pod resource demand as
 //! the scheduler computes it ([`demand`]). Depends on `model`, `k8s-openapi` and serde; it
-//! does no I/O (the watchers that fill an [`ObjectSet`] live elsewhere).
+//! does no I/O except in [`watch`], whose watchers fill an [`ObjectSet`]. Pods are kept as
+//! [`CompactPod`]s, a few hundred bytes each, shared between the watchers and snapshots.
 //!
 //! | Kubernetes | Group version | Gang object | Pod link |
 //! |---|---|---|---|
@@ -14,6 +15,7 @@ pub mod adapters;
 mod demand;
 mod gangs;
 mod objects;
+mod pod;
 mod problem;
 mod v1alpha1;
 mod v1alpha2;
@@ -25,6 +27,8 @@ mod demand_tests;
 #[cfg(test)]
 mod objects_tests;
 #[cfg(test)]
+mod pod_tests;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;
@@ -32,8 +36,9 @@ use std::fmt;
 pub use demand::demand;
 pub use gangs::{GangView, SCHEDULED_GRACE_SECS, gangs};
 pub use objects::{GangObject, ObjectSet};
+pub use pod::{CompactPod, PodKey, PodLink};
 pub use problem::{Issue, ObjectRef, Problem};
-pub use watch::{ClusterView, WatchError};
+pub use watch::{ClusterView, PodStore, PodWriter, WatchError};
 
 /// Where in the input an object came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

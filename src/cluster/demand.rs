@@ -24,6 +24,11 @@
 //!   VolumeAttachment; the kubelet publishes them directly) and the scheduler's CSI limits
 //!   plugin counts only PVC-backed, generic ephemeral and migrated in-tree volumes.
 
+//!
+//! The work is split in two: [`raw_demand`] reads everything that depends on the pod alone
+//! when it is compacted ([`CompactPod`]), and [`resolve`] looks its volume references up in
+//! a snapshot when gangs are built.
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
@@ -32,7 +37,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
-use super::objects::{DEFAULT_NAMESPACE, ObjectSet};
+use super::objects::ObjectSet;
+use super::pod::CompactPod;
 use super::problem::Issue;
 use crate::model::quantity::Quantity;
 use crate::model::{
@@ -59,18 +65,54 @@ fn pod_level(resource: &str) -> bool {
 /// What `pod` needs from a node, looking volumes up in `objects`. Unparsable quantities count
 /// as zero and missing claims count toward no driver; [`gangs`](super::gangs) reports both.
 pub fn demand(pod: &Pod, objects: &ObjectSet) -> PodDemand {
-    compute(pod, objects).0
+    CompactPod::from_pod(pod).demand(objects)
 }
 
-/// [`demand`], with the issues found on the way.
-pub(crate) fn compute(pod: &Pod, objects: &ObjectSet) -> (PodDemand, Vec<Issue>) {
+/// The part of a pod's demand that depends on the pod alone, in compact form.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct RawDemand {
+    pub cpu_milli: u64,
+    pub memory_bytes: u64,
+    pub ephemeral_storage_bytes: u64,
+    /// Extended resources with a positive request, by name, in whole units.
+    pub extended: Box<[(Box<str>, u64)]>,
+    /// `spec.nodeSelector`, by key.
+    pub node_selector: Box<[(Box<str>, Box<str>)]>,
+    pub affinity_terms: Box<[Box<[SelectorRequirement]>]>,
+    pub tolerations: Box<[Toleration]>,
+    /// Volumes that may count toward an attach limit, in pod order.
+    pub volumes: Box<[VolumeRef]>,
+}
+
+/// A pod volume whose CSI driver is known only with the storage objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum VolumeRef {
+    /// `persistentVolumeClaim.claimName`.
+    Claim(Box<str>),
+    /// A generic ephemeral volume: its claim `<pod>-<volume>` and, when it has a claim
+    /// template, the template's `storageClassName` (`Some(None)`: no class, the default).
+    Ephemeral {
+        claim: Box<str>,
+        template_class: Option<Option<Box<str>>>,
+    },
+    /// An inline in-tree disk CSI migration attaches through `driver`.
+    InTree {
+        driver: &'static str,
+        identity: Box<str>,
+    },
+}
+
+/// Reads everything [`demand`] needs from `spec` alone; `pod_name` names generated claims.
+pub(crate) fn raw_demand(spec: &PodSpec, pod_name: &str) -> (RawDemand, Vec<Issue>) {
     let mut issues = Vec::new();
-    let Some(spec) = pod.spec.as_ref() else {
-        return (PodDemand::default(), issues);
-    };
-    let mut demand = PodDemand::default();
+    let mut demand = RawDemand::default();
     resources(spec, &mut demand, &mut issues);
-    demand.node_selector = spec.node_selector.clone().unwrap_or_default();
+    demand.node_selector = spec
+        .node_selector
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
+        .collect();
     demand.affinity_terms = affinity_terms(spec, &mut issues);
     demand.tolerations = spec
         .tolerations
@@ -78,14 +120,45 @@ pub(crate) fn compute(pod: &Pod, objects: &ObjectSet) -> (PodDemand, Vec<Issue>)
         .flatten()
         .filter_map(toleration)
         .collect();
-    demand.volumes = volumes(pod, spec, objects, &mut issues);
+    demand.volumes = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| volume_ref(pod_name, v))
+        .collect();
+    (demand, issues)
+}
+
+/// The full demand of `pod`, its volumes looked up in `objects`, with every issue found
+/// (those found while compacting first).
+pub(crate) fn resolve(pod: &CompactPod, objects: &ObjectSet) -> (PodDemand, Vec<Issue>) {
+    let mut issues = pod.issues.to_vec();
+    let raw = &pod.demand;
+    let demand = PodDemand {
+        cpu_milli: raw.cpu_milli,
+        memory_bytes: raw.memory_bytes,
+        ephemeral_storage_bytes: raw.ephemeral_storage_bytes,
+        extended: raw
+            .extended
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
+        volumes: volumes(pod, objects, &mut issues),
+        node_selector: raw
+            .node_selector
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        affinity_terms: raw.affinity_terms.iter().map(|t| t.to_vec()).collect(),
+        tolerations: raw.tolerations.to_vec(),
+    };
     (demand, issues)
 }
 
 /// Resource totals in thousandths of a unit, by resource name.
 type Totals = BTreeMap<String, u64>;
 
-fn resources(spec: &PodSpec, demand: &mut PodDemand, issues: &mut Vec<Issue>) {
+fn resources(spec: &PodSpec, demand: &mut RawDemand, issues: &mut Vec<Issue>) {
     let mut total = Totals::new();
     for (i, c) in spec.containers.iter().enumerate() {
         add(
@@ -129,18 +202,18 @@ fn resources(spec: &PodSpec, demand: &mut PodDemand, issues: &mut Vec<Issue>) {
             *total.entry(name.clone()).or_default() += value;
         }
     }
+    let mut extended = Vec::new();
     for (name, value) in total {
         let units = value.div_ceil(1000);
         match name.as_str() {
             "cpu" => demand.cpu_milli = value,
             "memory" => demand.memory_bytes = units,
             "ephemeral-storage" => demand.ephemeral_storage_bytes = units,
-            _ if value > 0 => {
-                demand.extended.insert(name, units);
-            }
+            _ if value > 0 => extended.push((name.into_boxed_str(), units)),
             _ => {}
         }
     }
+    demand.extended = extended.into_boxed_slice();
 }
 
 fn container_requests(c: &Container, path: &str, issues: &mut Vec<Issue>) -> Totals {
@@ -190,7 +263,7 @@ fn add(total: &mut Totals, more: &Totals) {
     }
 }
 
-fn affinity_terms(spec: &PodSpec, issues: &mut Vec<Issue>) -> Vec<Vec<SelectorRequirement>> {
+fn affinity_terms(spec: &PodSpec, issues: &mut Vec<Issue>) -> Box<[Box<[SelectorRequirement]>]> {
     let Some(required) = spec
         .affinity
         .as_ref()
@@ -200,10 +273,10 @@ fn affinity_terms(spec: &PodSpec, issues: &mut Vec<Issue>) -> Vec<Vec<SelectorRe
                 .as_ref()
         })
     else {
-        return Vec::new();
+        return Box::default();
     };
     let base = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
-    let mut terms = Vec::new();
+    let mut terms: Vec<Box<[SelectorRequirement]>> = Vec::new();
     for (t, term) in required.node_selector_terms.iter().enumerate() {
         let path = format!("{base}.nodeSelectorTerms[{t}]");
         let mut term_reqs = Vec::new();
@@ -218,14 +291,14 @@ fn affinity_terms(spec: &PodSpec, issues: &mut Vec<Issue>) -> Vec<Vec<SelectorRe
         }
         // An empty term matches no node; leaving it out of the OR says exactly that.
         if !term_reqs.is_empty() {
-            terms.push(term_reqs);
+            terms.push(term_reqs.into_boxed_slice());
         }
     }
     if terms.is_empty() {
         // Required affinity whose every term is empty: no node matches.
-        terms.push(vec![matches_nothing()]);
+        terms.push(Box::new([matches_nothing()]));
     }
-    terms
+    terms.into_boxed_slice()
 }
 
 fn requirement(
@@ -283,40 +356,53 @@ fn toleration(t: &k8s_openapi::api::core::v1::Toleration) -> Option<Toleration> 
     })
 }
 
+/// The reference of a volume that may count toward an attach limit; `None` for the others.
+fn volume_ref(pod_name: &str, volume: &Volume) -> Option<VolumeRef> {
+    if let Some(source) = volume.persistent_volume_claim.as_ref() {
+        Some(VolumeRef::Claim(source.claim_name.as_str().into()))
+    } else if let Some(ephemeral) = volume.ephemeral.as_ref() {
+        // The ephemeral-volume controller names the claim `<pod>-<volume>`.
+        Some(VolumeRef::Ephemeral {
+            claim: format!("{pod_name}-{}", volume.name).into_boxed_str(),
+            template_class: ephemeral
+                .volume_claim_template
+                .as_ref()
+                .map(|t| t.spec.storage_class_name.as_deref().map(Into::into)),
+        })
+    } else {
+        inline_in_tree(volume)
+    }
+}
+
 fn volumes(
-    pod: &Pod,
-    spec: &PodSpec,
+    pod: &CompactPod,
     objects: &ObjectSet,
     issues: &mut Vec<Issue>,
 ) -> BTreeMap<String, u32> {
-    let namespace = pod
-        .metadata
-        .namespace
-        .as_deref()
-        .unwrap_or(DEFAULT_NAMESPACE);
-    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let namespace = pod.namespace();
     // (driver, identity): a claim or disk used by two volumes of the pod counts once.
     let mut attached: BTreeSet<(String, String)> = BTreeSet::new();
-    for volume in spec.volumes.iter().flatten() {
-        let found = if let Some(source) = volume.persistent_volume_claim.as_ref() {
-            let claim = &source.claim_name;
-            if objects.pvc(namespace, claim).is_none() {
-                issues.push(Issue::ClaimNotFound {
-                    claim: claim.clone(),
-                });
+    for volume in &pod.demand.volumes {
+        let found = match volume {
+            VolumeRef::Claim(claim) => {
+                if objects.pvc(namespace, claim).is_none() {
+                    issues.push(Issue::ClaimNotFound {
+                        claim: claim.to_string(),
+                    });
+                }
+                claim_driver(objects, namespace, claim, None).map(|d| (d, format!("pvc:{claim}")))
             }
-            claim_driver(objects, namespace, claim, None).map(|d| (d, format!("pvc:{claim}")))
-        } else if let Some(ephemeral) = volume.ephemeral.as_ref() {
-            // The ephemeral-volume controller names the claim `<pod>-<volume>`.
-            let claim = format!("{pod_name}-{}", volume.name);
-            let template_class = ephemeral
-                .volume_claim_template
-                .as_ref()
-                .map(|t| t.spec.storage_class_name.clone());
-            claim_driver(objects, namespace, &claim, template_class)
-                .map(|d| (d, format!("pvc:{claim}")))
-        } else {
-            inline_in_tree(volume)
+            VolumeRef::Ephemeral {
+                claim,
+                template_class,
+            } => {
+                let template_class = template_class.as_ref().map(|c| c.as_deref());
+                claim_driver(objects, namespace, claim, template_class)
+                    .map(|d| (d, format!("pvc:{claim}")))
+            }
+            VolumeRef::InTree { driver, identity } => {
+                Some(((*driver).to_owned(), format!("inline:{identity}")))
+            }
         };
         if let Some((driver, identity)) = found
             && attach_required(objects, &driver)
@@ -338,7 +424,7 @@ fn claim_driver(
     objects: &ObjectSet,
     namespace: &str,
     claim: &str,
-    template_class: Option<Option<String>>,
+    template_class: Option<Option<&str>>,
 ) -> Option<String> {
     let class = match objects.pvc(namespace, claim) {
         Some(pvc) => {
@@ -356,15 +442,15 @@ fn claim_driver(
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class"))
-                .cloned();
-            annotated.or_else(|| spec.and_then(|s| s.storage_class_name.clone()))
+                .map(String::as_str);
+            annotated.or_else(|| spec.and_then(|s| s.storage_class_name.as_deref()))
         }
         None => template_class?,
     };
     let class = match class {
         // "" asks for no class: only a pre-provisioned PV can bind; its driver is unknown.
-        Some(name) if name.is_empty() => return None,
-        Some(name) => objects.storage_class(&name)?,
+        Some("") => return None,
+        Some(name) => objects.storage_class(name)?,
         None => objects.default_storage_class()?,
     };
     Some(migrated(&class.provisioner).to_owned())
@@ -393,21 +479,24 @@ fn pv_driver(pv: &PersistentVolume) -> Option<String> {
 }
 
 /// An inline in-tree disk that CSI migration attaches through a CSI driver, with its identity.
-fn inline_in_tree(volume: &Volume) -> Option<(String, String)> {
+fn inline_in_tree(volume: &Volume) -> Option<VolumeRef> {
     let (plugin, identity) = if let Some(v) = volume.aws_elastic_block_store.as_ref() {
-        ("kubernetes.io/aws-ebs", v.volume_id.clone())
+        ("kubernetes.io/aws-ebs", v.volume_id.as_str())
     } else if let Some(v) = volume.gce_persistent_disk.as_ref() {
-        ("kubernetes.io/gce-pd", v.pd_name.clone())
+        ("kubernetes.io/gce-pd", v.pd_name.as_str())
     } else if let Some(v) = volume.azure_disk.as_ref() {
-        ("kubernetes.io/azure-disk", v.disk_uri.clone())
+        ("kubernetes.io/azure-disk", v.disk_uri.as_str())
     } else if let Some(v) = volume.cinder.as_ref() {
-        ("kubernetes.io/cinder", v.volume_id.clone())
+        ("kubernetes.io/cinder", v.volume_id.as_str())
     } else if let Some(v) = volume.vsphere_volume.as_ref() {
-        ("kubernetes.io/vsphere-volume", v.volume_path.clone())
+        ("kubernetes.io/vsphere-volume", v.volume_path.as_str())
     } else {
         return None;
     };
-    Some((migrated(plugin).to_owned(), format!("inline:{identity}")))
+    Some(VolumeRef::InTree {
+        driver: migrated(plugin),
+        identity: identity.into(),
+    })
 }
 
 /// The CSI driver an in-tree plugin migrates to; other names are returned unchanged.

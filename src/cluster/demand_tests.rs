@@ -14,13 +14,32 @@ const VOLUMES: &str = include_str!("../../tests/fixtures/gangs/demand/volumes.ya
 const GI: u64 = 1 << 30;
 const MI: u64 = 1 << 20;
 
+/// The demand of `pod` in `yaml`, computed from the typed pod ([`demand`]) and from the
+/// compacted pod the set keeps, which must agree.
 fn demand_of(yaml: &str, pod: &str) -> PodDemand {
     let objects = ObjectSet::from_yaml_documents(yaml).unwrap();
-    let pod = objects
+    let compact = objects
         .pods()
-        .find(|p| p.metadata.name.as_deref() == Some(pod))
+        .find(|p| p.name() == pod)
         .unwrap_or_else(|| panic!("no pod {pod}"));
-    demand(pod, &objects)
+    let typed = typed_pod(yaml, pod);
+    let d = demand(&typed, &objects);
+    assert_eq!(
+        d,
+        compact.demand(&objects),
+        "typed and compact demand of {pod}"
+    );
+    d
+}
+
+/// The pod named `name` in `yaml`, as the typed `k8s-openapi` object.
+fn typed_pod(yaml: &str, name: &str) -> k8s_openapi::api::core::v1::Pod {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| serde_json::Value::deserialize(d).unwrap())
+        .find(|v| v["kind"] == "Pod" && v["metadata"]["name"] == name)
+        .map(|v| serde_json::from_value(v).unwrap())
+        .unwrap_or_else(|| panic!("no pod {name}"))
 }
 
 fn volumes_of(pod: &str) -> Vec<(String, u32)> {

@@ -3,11 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
-
 use super::adapters::{self, GroupDef, GroupKey, Policy, Reading, ScheduledCondition};
-use super::demand::compute;
-use super::objects::{DEFAULT_NAMESPACE, ObjectSet, PodRecord};
+use super::demand::resolve;
+use super::objects::ObjectSet;
+use super::pod::{CompactPod, PodLink};
 use super::problem::{Issue, ObjectRef, Problem};
 use crate::model::{Gang, GangRef, Member, PodDemand};
 
@@ -47,7 +46,7 @@ pub fn gangs(objects: &ObjectSet, now_unix: i64) -> GangView {
 }
 
 /// Member pods of one gang instance, with their demand.
-type Members<'a> = Vec<(&'a Pod, PodDemand)>;
+type Members<'a> = Vec<(&'a CompactPod, PodDemand)>;
 
 /// A group as known after reading every object: the most preferred version wins.
 struct Known {
@@ -147,19 +146,12 @@ impl<'a> Join<'a> {
     }
 
     fn join_pods(&mut self, objects: &'a ObjectSet) {
-        for record in objects.pod_records() {
-            let pod = &record.pod;
-            if !is_live(pod) {
+        for pod in objects.pods() {
+            if !pod.is_live() {
                 continue;
             }
-            let namespace = pod
-                .metadata
-                .namespace
-                .as_deref()
-                .unwrap_or(DEFAULT_NAMESPACE);
-            let name = pod.metadata.name.as_deref().unwrap_or_default();
-            let full_name = format!("{namespace}/{name}");
-            let Some((key, replica)) = link(record, namespace) else {
+            let full_name = format!("{}/{}", pod.namespace(), pod.name());
+            let Some((key, replica)) = link(pod) else {
                 self.ungrouped(objects, pod, full_name);
                 continue;
             };
@@ -170,7 +162,7 @@ impl<'a> Join<'a> {
             match found {
                 Some(Ok(Policy::Basic)) => self.ungrouped(objects, pod, full_name),
                 Some(Ok(Policy::Gang { .. })) => {
-                    let demand = self.demand(objects, pod, &full_name);
+                    let demand = self.demand(objects, pod);
                     self.buckets
                         .entry((key, replica))
                         .or_default()
@@ -185,27 +177,20 @@ impl<'a> Join<'a> {
         }
     }
 
-    fn ungrouped(&mut self, objects: &ObjectSet, pod: &Pod, full_name: String) {
-        let spec = pod.spec.as_ref();
-        let bound = spec
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty());
+    fn ungrouped(&mut self, objects: &ObjectSet, pod: &CompactPod, full_name: String) {
         // A gated pod is not tried by the scheduler (nor by Cluster Autoscaler) until its
         // gates are removed.
-        let gated = spec
-            .and_then(|s| s.scheduling_gates.as_ref())
-            .is_some_and(|g| !g.is_empty());
-        if !bound && !gated {
-            let demand = self.demand(objects, pod, &full_name);
+        if pod.node_name().is_none() && !pod.is_gated() {
+            let demand = self.demand(objects, pod);
             self.ungrouped.push((full_name, demand));
         }
     }
 
-    fn demand(&mut self, objects: &ObjectSet, pod: &Pod, full_name: &str) -> PodDemand {
-        let (demand, issues) = compute(pod, objects);
-        let (namespace, name) = full_name.split_once('/').unwrap_or(("", full_name));
+    fn demand(&mut self, objects: &ObjectSet, pod: &CompactPod) -> PodDemand {
+        let (demand, issues) = resolve(pod, objects);
         for issue in issues {
-            self.problem(ObjectRef::new(Some("v1"), "Pod", namespace, name), issue);
+            let object = ObjectRef::new(Some("v1"), "Pod", pod.namespace(), pod.name());
+            self.problem(object, issue);
         }
         demand
     }
@@ -299,7 +284,7 @@ fn build_gang(
     mut members: Members<'_>,
     now_unix: i64,
 ) -> Gang {
-    members.sort_by(|a, b| a.0.metadata.name.cmp(&b.0.metadata.name));
+    members.sort_by(|a, b| a.0.name().cmp(b.0.name()));
     let (namespace, name) = match &def.key {
         GroupKey::PodGroup { namespace, name } => (namespace.clone(), name.clone()),
         GroupKey::WorkloadPodGroup {
@@ -318,17 +303,9 @@ fn build_gang(
     // what the scheduler orders by.
     let priority = def
         .priority
-        .or_else(|| {
-            members
-                .iter()
-                .filter_map(|(p, _)| p.spec.as_ref()?.priority)
-                .max()
-        })
+        .or_else(|| members.iter().filter_map(|(p, _)| p.priority()).max())
         .unwrap_or(0);
-    let first_pod = members
-        .iter()
-        .filter_map(|(p, _)| Some(p.metadata.creation_timestamp.as_ref()?.0.as_second()))
-        .min();
+    let first_pod = members.iter().filter_map(|(p, _)| p.created_unix()).min();
     // A replica gang comes into being with its first pod, not with its (older) Workload.
     let created_unix = if replica.is_some() {
         def.created_unix.max(first_pod)
@@ -339,12 +316,8 @@ fn build_gang(
     let members: Vec<Member> = members
         .into_iter()
         .map(|(pod, demand)| Member {
-            pod: pod.metadata.name.clone().unwrap_or_default(),
-            node: pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .filter(|n| !n.is_empty()),
+            pod: pod.name().to_owned(),
+            node: pod.node_name().map(str::to_owned),
             demand,
         })
         .collect();
@@ -378,35 +351,29 @@ fn trust_scheduled(condition: ScheduledCondition, bound: usize, min_count: u32, 
     condition.status && (whole || fresh)
 }
 
-/// Not terminal and not being deleted.
-fn is_live(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
-}
-
 /// The group a pod names and its replica key: `spec.schedulingGroup.podGroupName` (1.36+),
 /// else `spec.workloadRef` (1.35).
-fn link(record: &PodRecord, namespace: &str) -> Option<(GroupKey, Option<String>)> {
-    let scheduling_group = record
-        .pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduling_group.as_ref())
-        .and_then(|g| g.pod_group_name.as_deref())
-        .filter(|n| !n.is_empty());
-    if let Some(name) = scheduling_group {
-        let key = GroupKey::PodGroup {
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        };
-        return Some((key, None));
+fn link(pod: &CompactPod) -> Option<(GroupKey, Option<String>)> {
+    let namespace = pod.namespace().to_owned();
+    match pod.link()? {
+        PodLink::PodGroup(name) => Some((
+            GroupKey::PodGroup {
+                namespace,
+                name: name.to_string(),
+            },
+            None,
+        )),
+        PodLink::Workload {
+            name,
+            pod_group,
+            replica_key,
+        } => Some((
+            GroupKey::WorkloadPodGroup {
+                namespace,
+                workload: name.to_string(),
+                pod_group: pod_group.to_string(),
+            },
+            replica_key.as_deref().map(str::to_owned),
+        )),
     }
-    let r = record.workload_ref.as_ref()?;
-    let key = GroupKey::WorkloadPodGroup {
-        namespace: namespace.to_owned(),
-        workload: r.name.clone(),
-        pod_group: r.pod_group.clone(),
-    };
-    let replica = Some(r.pod_group_replica_key.clone()).filter(|k| !k.is_empty());
-    Some((key, replica))
 }

@@ -1,7 +1,9 @@
 //! [`ObjectSet`]: a plain snapshot of the Kubernetes objects the adapters read, filled from
 //! multi-document YAML, JSON values, `DynamicObject`s or typed objects. No I/O.
 
-use std::collections::BTreeMap;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
@@ -9,6 +11,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::pod::{CompactPod, PodKey};
 use super::{Error, Location, Result};
 
 /// API group of the gang-scheduling kinds.
@@ -27,7 +30,7 @@ const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
 
 /// `pod.spec.workloadRef` (Kubernetes 1.35, `GenericWorkload` gate): the pod's Workload, the
 /// pod group inside it and an optional replica key. Removed in 1.36, so the typed v1.36
-/// [`Pod`] drops it; [`ObjectSet`] keeps it beside the pod.
+/// [`Pod`] drops it; [`CompactPod`] keeps it as the pod's link.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct WorkloadRef {
@@ -40,12 +43,38 @@ pub(crate) struct WorkloadRef {
     pub pod_group_replica_key: String,
 }
 
-/// A pod and its 1.35 Workload link, if any.
+/// A shared [`CompactPod`] ordered (and found) by its [`PodKey`].
 #[derive(Debug, Clone)]
-pub(crate) struct PodRecord {
-    pub pod: Pod,
-    pub workload_ref: Option<WorkloadRef>,
+pub(crate) struct PodEntry(pub Arc<CompactPod>);
+
+impl PartialEq for PodEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
 }
+
+impl Eq for PodEntry {}
+
+impl PartialOrd for PodEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for PodEntry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.key().cmp(other.0.key())
+    }
+}
+
+impl Borrow<PodKey> for PodEntry {
+    fn borrow(&self) -> &PodKey {
+        self.0.key()
+    }
+}
+
+/// Pods by namespace and name. Cloning one copies pointers, not pods.
+pub(crate) type PodSet = BTreeSet<PodEntry>;
 
 /// A gang-scheduling object (`scheduling.k8s.io` `Workload`, `PodGroup`,
 /// `CompositePodGroup`) of any version, kept as JSON: these kinds change shape every release
@@ -104,13 +133,14 @@ impl GangObject {
     }
 }
 
-/// An I/O-free snapshot of the objects the adapters read: pods, PVCs, PVs, StorageClasses,
+/// An I/O-free snapshot of the objects the adapters read: pods (as [`CompactPod`]s, shared
+/// with the watchers' store and with clones of the set), PVCs, PVs, StorageClasses,
 /// CSIDrivers (`storage.k8s.io/v1`) and gang objects. Inserting an object with the same
 /// identity as an earlier one replaces it. Iteration order is by namespace and name, so
 /// everything derived from a set is deterministic.
 #[derive(Debug, Clone, Default)]
 pub struct ObjectSet {
-    pods: BTreeMap<(String, String), PodRecord>,
+    pods: PodSet,
     pvcs: BTreeMap<(String, String), PersistentVolumeClaim>,
     pvs: BTreeMap<String, PersistentVolume>,
     storage_classes: BTreeMap<String, StorageClass>,
@@ -183,9 +213,15 @@ impl ObjectSet {
         self.insert_value(value)
     }
 
-    /// Inserts a typed pod (no 1.35 `spec.workloadRef`: the v1.36 type has no such field).
+    /// Inserts a typed pod, compacted (no 1.35 `spec.workloadRef`: the v1.36 type has no such
+    /// field).
     pub fn insert_pod(&mut self, pod: Pod) {
-        self.insert_pod_record(pod, None);
+        self.insert_compact_pod(Arc::new(CompactPod::from_pod(&pod)));
+    }
+
+    /// Inserts a compacted pod, shared.
+    pub fn insert_compact_pod(&mut self, pod: Arc<CompactPod>) {
+        self.pods.replace(PodEntry(pod));
     }
 
     /// Inserts a PersistentVolumeClaim.
@@ -228,8 +264,17 @@ impl ObjectSet {
     }
 
     /// Pods, by namespace and name.
-    pub fn pods(&self) -> impl Iterator<Item = &Pod> {
-        self.pods.values().map(|r| &r.pod)
+    pub fn pods(&self) -> impl Iterator<Item = &CompactPod> {
+        self.pods.iter().map(|e| &*e.0)
+    }
+
+    /// The pod `namespace/name`.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&CompactPod> {
+        let key = PodKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        self.pods.get(&key).map(|e| &*e.0)
     }
 
     /// Gang objects, by kind, namespace, name and apiVersion.
@@ -281,16 +326,12 @@ impl ObjectSet {
         self.csi_drivers.get(name)
     }
 
-    pub(crate) fn pod_records(&self) -> impl Iterator<Item = &PodRecord> {
-        self.pods.values()
-    }
-
-    fn insert_pod_record(&mut self, pod: Pod, workload_ref: Option<WorkloadRef>) {
-        let key = namespaced_key(
-            pod.metadata.namespace.as_deref(),
-            pod.metadata.name.as_deref(),
-        );
-        self.pods.insert(key, PodRecord { pod, workload_ref });
+    /// A set holding `pods` (shared, not copied) and nothing else.
+    pub(crate) fn with_pods(pods: PodSet) -> Self {
+        Self {
+            pods,
+            ..Self::default()
+        }
     }
 
     fn insert_at(&mut self, value: Value, at: Location) -> Result<usize> {
@@ -331,7 +372,8 @@ impl ObjectSet {
                     )?),
                 };
                 let pod = decode::<Pod>(value, at, &kind, &name)?;
-                self.insert_pod_record(pod, workload_ref);
+                let compact = CompactPod::from_pod_and_ref(&pod, workload_ref.as_ref());
+                self.insert_compact_pod(Arc::new(compact));
             }
             ("v1", "PersistentVolumeClaim") => {
                 self.insert_pvc(decode(value, at, &kind, &name)?);

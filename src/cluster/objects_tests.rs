@@ -146,11 +146,7 @@ fn documents_that_are_not_objects_or_not_yaml_are_rejected() {
 #[test]
 fn list_items_are_read_and_named_by_index_in_errors() {
     let objects = ObjectSet::from_yaml_documents(V1ALPHA1).unwrap();
-    assert!(
-        objects
-            .pods()
-            .any(|p| p.metadata.name.as_deref() == Some("sweep-b-0"))
-    );
+    assert!(objects.pods().any(|p| p.name() == "sweep-b-0"));
     let yaml = "apiVersion: v1\nkind: PodList\nitems:\n\
                 - metadata: {name: a}\n  spec: {containers: []}\n\
                 - metadata: {name: b}\n  spec: {containers: 7}\n";

@@ -1,25 +1,30 @@
 //! Watchers and reflector stores that keep a lean copy of the objects the adapters read: pods,
 //! PVCs, PVs, StorageClasses, CSIDrivers and the gang objects of the scheduling API version the
-//! cluster serves (found by discovery). [`ClusterView::snapshot`] turns the stores into an
+//! cluster serves (found by discovery), plus Nodes, CSINodes and VolumeAttachments for scale-up
+//! accounting. [`ClusterView::snapshot`] turns the stores into an
 //! [`ObjectSet`], the only bridge to the pure adapters and planner.
 //!
-//! Memory: every object loses `managedFields`; pods also lose everything the adapters do not read
-//! (images, commands, env, probes, mounts, container statuses, annotations), see [`slim_pod`].
+//! Memory: pods, by far the most numerous objects, are not kept as `k8s-openapi` objects but as
+//! [`CompactPod`]s (a few hundred bytes each instead of ~14 KB) in our own [`PodStore`], which
+//! snapshots share instead of copying. Every other object loses `managedFields`; nodes also lose
+//! annotations and their image list, see [`slim_node`].
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, PodStatus};
-use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass, VolumeAttachment};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{GangObject, ObjectSet, adapters};
+use super::objects::{PodEntry, PodSet};
+use super::{CompactPod, GangObject, ObjectSet, PodKey, adapters};
 
 /// Errors starting the cluster view.
 #[derive(Debug, thiserror::Error)]
@@ -34,11 +39,171 @@ const SCHEDULING_GROUP: &str = "scheduling.k8s.io";
 /// Gang kinds we watch in whatever version is chosen.
 const GANG_KINDS: [&str; 3] = ["Workload", "PodGroup", "CompositePodGroup"];
 
-/// Pods are kept either typed (lean) or, on clusters whose pod link field the typed Pod lacks
-/// (`spec.workloadRef` on 1.35), as dynamic objects.
-enum PodStore {
-    Typed(Store<Pod>),
-    Dynamic(Store<DynamicObject>),
+/// The pods of the cluster as [`CompactPod`]s, by namespace and name: the reading half, cheap
+/// to clone. A [`PodWriter`] fills it from watcher events.
+#[derive(Debug, Clone)]
+pub struct PodStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    pods: RwLock<PodSet>,
+    /// True after the first complete list.
+    ready: tokio::sync::watch::Sender<bool>,
+}
+
+impl PodStore {
+    /// An empty store and the writer that fills it.
+    pub fn new() -> (Self, PodWriter) {
+        let store = Self {
+            shared: Arc::new(Shared {
+                pods: RwLock::new(PodSet::new()),
+                ready: tokio::sync::watch::Sender::new(false),
+            }),
+        };
+        let writer = PodWriter {
+            store: store.clone(),
+            buffer: None,
+        };
+        (store, writer)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, PodSet> {
+        self.shared
+            .pods
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, PodSet> {
+        self.shared
+            .pods
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Number of pods.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether there are no pods.
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    /// The pod `namespace/name`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<CompactPod>> {
+        let key = PodKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        self.read().get(&key).map(|e| Arc::clone(&e.0))
+    }
+
+    /// Every pod, by namespace and name (shared, not copied).
+    pub fn pods(&self) -> Vec<Arc<CompactPod>> {
+        self.read().iter().map(|e| Arc::clone(&e.0)).collect()
+    }
+
+    /// An [`ObjectSet`] holding the current pods and nothing else. The pods are shared: this
+    /// copies one pointer per pod.
+    pub fn to_object_set(&self) -> ObjectSet {
+        let pods = self.read().clone();
+        ObjectSet::with_pods(pods)
+    }
+
+    /// Whether the first complete list has arrived.
+    pub fn is_ready(&self) -> bool {
+        *self.shared.ready.borrow()
+    }
+
+    /// Waits for the first complete list.
+    pub async fn wait_until_ready(&self) {
+        let mut ready = self.shared.ready.subscribe();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = ready.wait_for(|r| *r).await;
+    }
+}
+
+/// The writing half of a [`PodStore`]: applies watcher events, compacting each pod. A
+/// re-list (`Init`, `InitApply`..., `InitDone`) is buffered and swapped in whole, so pods
+/// deleted while the watch was down vanish.
+#[derive(Debug)]
+pub struct PodWriter {
+    store: PodStore,
+    buffer: Option<PodSet>,
+}
+
+impl PodWriter {
+    /// Applies an event of typed pods.
+    pub fn apply_pod(&mut self, event: Event<Pod>) {
+        self.apply(event, |p| Ok(CompactPod::from_pod(p)));
+    }
+
+    /// Applies an event of pods watched as `DynamicObject`s (keeps the 1.35
+    /// `spec.workloadRef`). A pod that does not decode is logged and left out.
+    pub fn apply_dynamic(&mut self, event: Event<DynamicObject>) {
+        self.apply(event, CompactPod::from_dynamic);
+    }
+
+    fn apply<K: Resource>(
+        &mut self,
+        event: Event<K>,
+        compact: impl Fn(&K) -> Result<CompactPod, super::Error>,
+    ) {
+        let entry = |object: &K| match compact(object) {
+            Ok(pod) => Some(PodEntry(Arc::new(pod))),
+            Err(e) => {
+                let pod = PodKey::of(object.meta());
+                warn!(%pod, error = %e, "pod does not decode; left out");
+                None
+            }
+        };
+        match event {
+            Event::Apply(object) => {
+                let key = PodKey::of(object.meta());
+                let entry = entry(&object);
+                let mut pods = self.store.write();
+                match entry {
+                    Some(entry) => {
+                        pods.replace(entry);
+                    }
+                    // The previous version is stale: leave the pod out, as when listed.
+                    None => {
+                        pods.remove(&key);
+                    }
+                }
+            }
+            Event::Delete(object) => {
+                self.store.write().remove(&PodKey::of(object.meta()));
+            }
+            Event::Init => self.buffer = Some(PodSet::new()),
+            Event::InitApply(object) => {
+                if let Some(entry) = entry(&object) {
+                    let entry = self.unchanged_or(entry);
+                    self.buffer.get_or_insert_default().replace(entry);
+                }
+            }
+            Event::InitDone => {
+                let listed = self.buffer.take().unwrap_or_default();
+                let previous = std::mem::replace(&mut *self.store.write(), listed);
+                // Dropped outside the lock.
+                drop(previous);
+                self.store.shared.ready.send_replace(true);
+            }
+        }
+    }
+
+    /// The stored pod equal to `entry`, if any (so a re-list of unchanged pods holds one copy
+    /// of each, not two), else `entry`.
+    fn unchanged_or(&self, entry: PodEntry) -> PodEntry {
+        match self.store.read().get(entry.0.key()) {
+            Some(stored) if *stored.0 == *entry.0 => stored.clone(),
+            _ => entry,
+        }
+    }
 }
 
 /// A live, lean view of the cluster objects gang admission needs.
@@ -48,6 +213,9 @@ pub struct ClusterView {
     pvs: Store<PersistentVolume>,
     classes: Store<StorageClass>,
     drivers: Store<CSIDriver>,
+    nodes: Store<Node>,
+    csi_nodes: Store<CSINode>,
+    attachments: Store<VolumeAttachment>,
     gangs: Vec<(ApiResource, Store<DynamicObject>)>,
     gang_api: Option<String>,
     ready: Arc<AtomicBool>,
@@ -62,46 +230,13 @@ impl std::fmt::Debug for ClusterView {
     }
 }
 
-/// Drops what no adapter reads from a pod, keeping scheduling-relevant fields only.
-pub fn slim_pod(pod: &mut Pod) {
-    let meta = pod.meta_mut();
-    meta.managed_fields = None;
-    meta.annotations = None;
-    meta.owner_references = None;
-    if let Some(spec) = pod.spec.as_mut() {
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.image = None;
-            c.command = None;
-            c.args = None;
-            c.env = None;
-            c.env_from = None;
-            c.ports = None;
-            c.liveness_probe = None;
-            c.readiness_probe = None;
-            c.startup_probe = None;
-            c.volume_mounts = None;
-            c.volume_devices = None;
-            c.lifecycle = None;
-            c.security_context = None;
-        }
-        spec.ephemeral_containers = None;
-        spec.security_context = None;
-        spec.readiness_gates = None;
-        spec.dns_config = None;
-        spec.host_aliases = None;
-        spec.image_pull_secrets = None;
-    }
-    if let Some(status) = pod.status.as_mut() {
-        *status = PodStatus {
-            phase: status.phase.take(),
-            conditions: status.conditions.take(),
-            nominated_node_name: status.nominated_node_name.take(),
-            ..PodStatus::default()
-        };
+/// Drops what no consumer reads from a node: managed fields, annotations and the image list
+/// (often the largest part of a Node).
+pub fn slim_node(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    node.metadata.annotations = None;
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
     }
 }
 
@@ -162,6 +297,35 @@ where
         shutdown.clone(),
     );
     reader
+}
+
+/// Spawns a watcher for `api` that feeds `writer` through `apply`, until `shutdown`.
+fn spawn_pod_watcher<K>(
+    api: Api<K>,
+    mut writer: PodWriter,
+    apply: fn(&mut PodWriter, Event<K>),
+    shutdown: &CancellationToken,
+) where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    let shutdown = shutdown.clone();
+    tokio::spawn(
+        async move {
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    next = stream.next() => match next {
+                        Some(Ok(event)) => apply(&mut writer, event),
+                        Some(Err(e)) => warn!(error = %e, "watch error; retrying with backoff"),
+                        None => return,
+                    },
+                }
+            }
+        }
+        .instrument(info_span!("watch", kind = "Pod")),
+    );
 }
 
 fn dynamic_store(
@@ -244,12 +408,15 @@ impl ClusterView {
             warn!(served = ?served, "the cluster serves no gang-scheduling API gangscaler understands; every pod is treated as ungrouped");
         }
         // 1.35 links pods through spec.workloadRef, which the typed Pod of this build lacks.
-        let pods = if gang_api.as_deref() == Some("scheduling.k8s.io/v1alpha1") {
+        let (pods, writer) = PodStore::new();
+        if gang_api.as_deref() == Some("scheduling.k8s.io/v1alpha1") {
             let ar = ApiResource::erase::<Pod>(&());
-            PodStore::Dynamic(dynamic_store(&client, &ar, shutdown))
+            let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+            spawn_pod_watcher(api, writer, PodWriter::apply_dynamic, shutdown);
         } else {
-            PodStore::Typed(typed_store(&client, "Pod", slim_pod, shutdown))
-        };
+            let api = Api::<Pod>::all(client.clone());
+            spawn_pod_watcher(api, writer, PodWriter::apply_pod, shutdown);
+        }
         Ok(Self {
             pods,
             pvcs: typed_store(
@@ -261,6 +428,9 @@ impl ClusterView {
             pvs: typed_store(&client, "PersistentVolume", drop_managed_fields, shutdown),
             classes: typed_store(&client, "StorageClass", drop_managed_fields, shutdown),
             drivers: typed_store(&client, "CSIDriver", drop_managed_fields, shutdown),
+            nodes: typed_store(&client, "Node", slim_node, shutdown),
+            csi_nodes: typed_store(&client, "CSINode", drop_managed_fields, shutdown),
+            attachments: typed_store(&client, "VolumeAttachment", drop_managed_fields, shutdown),
             gangs,
             gang_api,
             ready: Arc::new(AtomicBool::new(false)),
@@ -269,18 +439,15 @@ impl ClusterView {
 
     /// Waits until every store has its initial list.
     pub async fn wait_ready(&self) {
-        let pods = async {
-            match &self.pods {
-                PodStore::Typed(s) => s.wait_until_ready().await,
-                PodStore::Dynamic(s) => s.wait_until_ready().await,
-            }
-        };
         let _ = tokio::join!(
-            pods,
+            self.pods.wait_until_ready(),
             self.pvcs.wait_until_ready(),
             self.pvs.wait_until_ready(),
             self.classes.wait_until_ready(),
             self.drivers.wait_until_ready(),
+            self.nodes.wait_until_ready(),
+            self.csi_nodes.wait_until_ready(),
+            self.attachments.wait_until_ready(),
             futures::future::join_all(self.gangs.iter().map(|(_, s)| s.wait_until_ready())),
         );
         self.ready.store(true, Ordering::Release);
@@ -297,29 +464,30 @@ impl ClusterView {
         self.gang_api.as_deref()
     }
 
-    /// A point-in-time copy of the stores for the adapters.
+    /// The pods, compacted.
+    pub fn pods(&self) -> &PodStore {
+        &self.pods
+    }
+
+    /// The nodes, as watched (slimmed).
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.state()
+    }
+
+    /// The CSINodes, as watched.
+    pub fn csi_nodes(&self) -> Vec<Arc<CSINode>> {
+        self.csi_nodes.state()
+    }
+
+    /// The VolumeAttachments, as watched.
+    pub fn volume_attachments(&self) -> Vec<Arc<VolumeAttachment>> {
+        self.attachments.state()
+    }
+
+    /// A point-in-time view of the stores for the adapters. Pods are shared with the store
+    /// (one pointer copied per pod); the other, far fewer, objects are copied.
     pub fn snapshot(&self) -> ObjectSet {
-        let mut set = ObjectSet::new();
-        match &self.pods {
-            PodStore::Typed(s) => {
-                for p in s.state() {
-                    set.insert_pod((*p).clone());
-                }
-            }
-            PodStore::Dynamic(s) => {
-                for p in s.state() {
-                    let mut pod = (*p).clone();
-                    // Watch list items usually come without apiVersion/kind.
-                    pod.types.get_or_insert_with(|| kube::api::TypeMeta {
-                        api_version: "v1".to_owned(),
-                        kind: "Pod".to_owned(),
-                    });
-                    if let Err(e) = set.insert_dynamic(pod) {
-                        warn!(pod = %p.name_any(), error = %e, "pod does not decode; skipped");
-                    }
-                }
-            }
-        }
+        let mut set = self.pods.to_object_set();
         for o in self.pvcs.state() {
             set.insert_pvc((*o).clone());
         }

@@ -1,0 +1,257 @@
+//! [`CompactPod`]: the part of a pod the adapters read, a few hundred bytes instead of the
+//! many kilobytes of a `k8s-openapi` [`Pod`] (whose `Volume` alone carries some thirty inline
+//! volume-source fields). The watchers keep only these; [`ObjectSet`](super::ObjectSet)
+//! stores them behind [`Arc`](std::sync::Arc)s, so a snapshot shares them instead of copying.
+//!
+//! A compact pod carries its identity, the flags [`gangs`](super::gangs) filters on, its gang
+//! link and its *raw* demand: everything [`demand`](super::demand) computes from the pod
+//! alone (resource totals, node selector, required affinity, tolerations) plus references to
+//! the volumes whose driver depends on other objects (claims, generic ephemeral volumes,
+//! migrated in-tree disks). Those references are resolved against PVCs, PVs, StorageClasses
+//! and CSIDrivers when a snapshot is read, so a claim created after its pod still counts.
+//! Problems found while compacting (an unparsable quantity, an unknown operator) are kept and
+//! reported by [`gangs`](super::gangs) as before.
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::demand::{RawDemand, raw_demand, resolve};
+use super::objects::{DEFAULT_NAMESPACE, ObjectSet, WorkloadRef};
+use super::problem::Issue;
+use super::{Error, Location};
+use crate::model::PodDemand;
+
+/// Identity of a pod: namespace (`default` when unset) and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct PodKey {
+    /// Namespace.
+    pub namespace: Box<str>,
+    /// Name (empty when unset).
+    pub name: Box<str>,
+}
+
+impl PodKey {
+    /// The key of the object with `meta`.
+    pub fn of(meta: &ObjectMeta) -> Self {
+        Self {
+            namespace: meta
+                .namespace
+                .as_deref()
+                .unwrap_or(DEFAULT_NAMESPACE)
+                .into(),
+            name: meta.name.as_deref().unwrap_or_default().into(),
+        }
+    }
+}
+
+impl std::fmt::Display for PodKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The gang-scheduling group a pod names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodLink {
+    /// `spec.schedulingGroup.podGroupName` (1.36+): a PodGroup in the pod's namespace.
+    PodGroup(Box<str>),
+    /// `spec.workloadRef` (1.35): a pod group inside a Workload in the pod's namespace.
+    Workload {
+        /// Workload name.
+        name: Box<str>,
+        /// Entry name in the Workload's `spec.podGroups`.
+        pod_group: Box<str>,
+        /// `podGroupReplicaKey`, when set and not empty.
+        replica_key: Option<Box<str>>,
+    },
+}
+
+/// What the adapters read of one pod (the module docs say what is kept and why).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactPod {
+    key: PodKey,
+    node_name: Option<Box<str>>,
+    terminal: bool,
+    deleting: bool,
+    gated: bool,
+    created_unix: Option<i64>,
+    priority: Option<i32>,
+    link: Option<PodLink>,
+    pub(crate) demand: RawDemand,
+    /// Problems found while compacting the spec, reported with the pod's demand.
+    pub(crate) issues: Box<[Issue]>,
+}
+
+impl CompactPod {
+    /// Compacts a typed pod (the v1.36 type has no 1.35 `spec.workloadRef`).
+    pub fn from_pod(pod: &Pod) -> Self {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        Self::build(&pod.metadata, pod.spec.as_ref(), phase, None)
+    }
+
+    /// Compacts a pod watched as a `DynamicObject`, keeping its 1.35 `spec.workloadRef`.
+    /// Only `metadata`, `spec` and `status.phase` are read.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] when `spec` or `spec.workloadRef` does not match its schema.
+    pub fn from_dynamic(object: &kube::core::DynamicObject) -> Result<Self, Error> {
+        let name = match (&object.metadata.namespace, &object.metadata.name) {
+            (Some(ns), Some(name)) => format!("{ns}/{name}"),
+            (None, Some(name)) => name.clone(),
+            _ => "<unnamed>".to_owned(),
+        };
+        let spec_value = present(object.data.get("spec"));
+        let workload_ref = present(spec_value.and_then(|s| s.get("workloadRef")))
+            .map(|v| decode_ref::<WorkloadRef>(v, &name, "spec.workloadRef"))
+            .transpose()?;
+        let spec = spec_value
+            .map(|v| decode_ref::<PodSpec>(v, &name, "spec"))
+            .transpose()?;
+        let phase = object.data.pointer("/status/phase").and_then(Value::as_str);
+        Ok(Self::build(
+            &object.metadata,
+            spec.as_ref(),
+            phase,
+            workload_ref.as_ref(),
+        ))
+    }
+
+    /// A typed pod with the 1.35 link read beside it.
+    pub(crate) fn from_pod_and_ref(pod: &Pod, workload_ref: Option<&WorkloadRef>) -> Self {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        Self::build(&pod.metadata, pod.spec.as_ref(), phase, workload_ref)
+    }
+
+    fn build(
+        meta: &ObjectMeta,
+        spec: Option<&PodSpec>,
+        phase: Option<&str>,
+        workload_ref: Option<&WorkloadRef>,
+    ) -> Self {
+        let key = PodKey::of(meta);
+        let (demand, issues) = match spec {
+            Some(spec) => raw_demand(spec, &key.name),
+            None => (RawDemand::default(), Vec::new()),
+        };
+        let scheduling_group = spec
+            .and_then(|s| s.scheduling_group.as_ref())
+            .and_then(|g| g.pod_group_name.as_deref())
+            .filter(|n| !n.is_empty());
+        let link = match (scheduling_group, workload_ref) {
+            (Some(name), _) => Some(PodLink::PodGroup(name.into())),
+            (None, Some(r)) => Some(PodLink::Workload {
+                name: r.name.as_str().into(),
+                pod_group: r.pod_group.as_str().into(),
+                replica_key: Some(r.pod_group_replica_key.as_str())
+                    .filter(|k| !k.is_empty())
+                    .map(Into::into),
+            }),
+            (None, None) => None,
+        };
+        Self {
+            node_name: spec
+                .and_then(|s| s.node_name.as_deref())
+                .filter(|n| !n.is_empty())
+                .map(Into::into),
+            terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            deleting: meta.deletion_timestamp.is_some(),
+            gated: spec
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty()),
+            created_unix: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+            priority: spec.and_then(|s| s.priority),
+            link,
+            demand,
+            issues: issues.into_boxed_slice(),
+            key,
+        }
+    }
+
+    /// Namespace and name.
+    pub fn key(&self) -> &PodKey {
+        &self.key
+    }
+
+    /// `metadata.namespace` (`default` when unset).
+    pub fn namespace(&self) -> &str {
+        &self.key.namespace
+    }
+
+    /// `metadata.name` (empty when unset).
+    pub fn name(&self) -> &str {
+        &self.key.name
+    }
+
+    /// `spec.nodeName`, when set and not empty.
+    pub fn node_name(&self) -> Option<&str> {
+        self.node_name.as_deref()
+    }
+
+    /// Phase `Succeeded` or `Failed`.
+    pub fn is_terminal(&self) -> bool {
+        self.terminal
+    }
+
+    /// `metadata.deletionTimestamp` is set.
+    pub fn is_deleting(&self) -> bool {
+        self.deleting
+    }
+
+    /// Neither terminal nor being deleted.
+    pub fn is_live(&self) -> bool {
+        !self.terminal && !self.deleting
+    }
+
+    /// `spec.schedulingGates` is not empty: the scheduler does not try the pod yet.
+    pub fn is_gated(&self) -> bool {
+        self.gated
+    }
+
+    /// `metadata.creationTimestamp`, unix seconds.
+    pub fn created_unix(&self) -> Option<i64> {
+        self.created_unix
+    }
+
+    /// `spec.priority` (resolved by admission from the priority class).
+    pub fn priority(&self) -> Option<i32> {
+        self.priority
+    }
+
+    /// The group the pod names: `spec.schedulingGroup.podGroupName` when set, else the 1.35
+    /// `spec.workloadRef`.
+    pub fn link(&self) -> Option<&PodLink> {
+        self.link.as_ref()
+    }
+
+    /// What the pod needs from a node, looking its volumes up in `objects` (see
+    /// [`demand`](super::demand)).
+    pub fn demand(&self, objects: &ObjectSet) -> PodDemand {
+        resolve(self, objects).0
+    }
+}
+
+/// `value` unless it is absent or null.
+fn present(value: Option<&Value>) -> Option<&Value> {
+    value.filter(|v| !v.is_null())
+}
+
+/// Decodes `value`, found at dotted `prefix` in pod `name`, reporting the full field path.
+fn decode_ref<T: DeserializeOwned>(value: &Value, name: &str, prefix: &str) -> Result<T, Error> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let inner = e.path().to_string();
+        let path = if inner == "." {
+            prefix.to_owned()
+        } else {
+            format!("{prefix}.{inner}")
+        };
+        Error::Decode {
+            at: Location::default(),
+            kind: "Pod".to_owned(),
+            name: name.to_owned(),
+            path,
+            message: e.into_inner().to_string(),
+        }
+    })
+}

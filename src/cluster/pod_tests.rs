@@ -1,0 +1,263 @@
+//! [`CompactPod`] and [`PodStore`] tests: what compaction keeps, problems it finds, and the
+//! store the pod watcher fills from watcher events.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::DynamicObject;
+use kube::runtime::watcher::Event;
+use serde_json::json;
+
+use super::*;
+
+const NOW: i64 = 1_788_264_000;
+
+fn pod(value: serde_json::Value) -> Pod {
+    serde_json::from_value(value).unwrap()
+}
+
+fn worker(name: &str) -> Pod {
+    pod(json!({
+        "metadata": {"name": name, "namespace": "ml", "creationTimestamp": "2026-01-10T09:00:00Z"},
+        "spec": {
+            "schedulingGroup": {"podGroupName": "g"},
+            "priority": 7,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "2", "nvidia.com/gpu": "8"}}}]
+        },
+        "status": {"phase": "Pending"}
+    }))
+}
+
+fn names(store: &PodStore) -> Vec<String> {
+    store
+        .pods()
+        .iter()
+        .map(|p| format!("{}/{}", p.namespace(), p.name()))
+        .collect()
+}
+
+#[test]
+fn compaction_keeps_identity_flags_link_and_raw_demand() {
+    let p = CompactPod::from_pod(&pod(json!({
+        "metadata": {"name": "w-0", "creationTimestamp": "2026-01-10T09:00:00Z",
+                     "deletionTimestamp": "2026-01-10T10:00:00Z"},
+        "spec": {
+            "nodeName": "gpu-0",
+            "schedulingGroup": {"podGroupName": "g"},
+            "schedulingGates": [{"name": "wait"}],
+            "priority": 100,
+            "nodeSelector": {"pool": "h100"},
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}},
+                        {"name": "scratch", "emptyDir": {}}]
+        },
+        "status": {"phase": "Running"}
+    })));
+    assert_eq!((p.namespace(), p.name()), ("default", "w-0"));
+    assert_eq!(p.node_name(), Some("gpu-0"));
+    assert!(p.is_deleting() && !p.is_terminal() && !p.is_live());
+    assert!(p.is_gated());
+    assert_eq!(p.priority(), Some(100));
+    assert_eq!(p.created_unix(), Some(1_768_035_600));
+    assert_eq!(p.link(), Some(&PodLink::PodGroup("g".into())));
+    let d = p.demand(&ObjectSet::new());
+    assert_eq!(d.extended["nvidia.com/gpu"], 8);
+    assert_eq!(d.node_selector["pool"], "h100");
+    // Only the claim is kept as a volume reference.
+    assert_eq!(p.demand.volumes.len(), 1);
+}
+
+#[test]
+fn an_empty_node_name_is_unbound_and_a_succeeded_pod_is_terminal() {
+    let p = CompactPod::from_pod(&pod(json!({
+        "metadata": {"name": "done"},
+        "spec": {"nodeName": "", "containers": []},
+        "status": {"phase": "Succeeded"}
+    })));
+    assert_eq!(p.node_name(), None);
+    assert!(p.is_terminal() && !p.is_live());
+}
+
+#[test]
+fn an_unknown_operator_matches_no_node_and_is_reported_by_gangs() {
+    let mut objects = ObjectSet::new();
+    objects.insert_pod(pod(json!({
+        "metadata": {"name": "odd", "namespace": "ml"},
+        "spec": {
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["a"]}]}]
+            }}},
+            "containers": [{"name": "c"}]
+        }
+    })));
+    let view = gangs(&objects, NOW);
+    assert_eq!(view.ungrouped_pending.len(), 1);
+    let terms = &view.ungrouped_pending[0].1.affinity_terms;
+    assert_eq!(terms.len(), 1);
+    assert_eq!(terms[0][0].key, "field:metadata.name");
+    assert_eq!(
+        view.problems
+            .iter()
+            .map(|p| (&p.object.name, &p.issue))
+            .collect::<Vec<_>>(),
+        [(
+            &"odd".to_owned(),
+            &Issue::InvalidOperator {
+                path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution\
+                       .nodeSelectorTerms[0].matchExpressions[0].operator"
+                    .into(),
+                operator: "Near".into()
+            }
+        )]
+    );
+}
+
+#[test]
+fn a_dynamic_pod_keeps_its_workload_ref_with_replica_key() {
+    let object: DynamicObject = serde_json::from_value(json!({
+        "metadata": {"name": "w-0", "namespace": "ml"},
+        "spec": {
+            "workloadRef": {"name": "train", "podGroup": "workers", "podGroupReplicaKey": "r1"},
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]
+        },
+        "status": {"phase": "Failed"}
+    }))
+    .unwrap();
+    let p = CompactPod::from_dynamic(&object).unwrap();
+    assert_eq!(
+        p.link(),
+        Some(&PodLink::Workload {
+            name: "train".into(),
+            pod_group: "workers".into(),
+            replica_key: Some("r1".into()),
+        })
+    );
+    assert!(p.is_terminal());
+    assert_eq!(p.demand(&ObjectSet::new()).cpu_milli, 500);
+}
+
+#[test]
+fn a_dynamic_pod_that_does_not_decode_names_the_field() {
+    let object: DynamicObject = serde_json::from_value(json!({
+        "metadata": {"name": "w-0", "namespace": "ml"},
+        "spec": {"workloadRef": {"name": "train", "podGroup": "workers"}, "containers": 7}
+    }))
+    .unwrap();
+    let err = CompactPod::from_dynamic(&object).unwrap_err();
+    assert!(
+        matches!(&err, Error::Decode { path, name, .. } if path == "spec.containers" && name == "ml/w-0"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn the_store_is_ready_after_the_first_list_and_follows_applies_and_deletes() {
+    let (store, mut writer) = PodStore::new();
+    assert!(!store.is_ready());
+    writer.apply_pod(Event::Init);
+    writer.apply_pod(Event::InitApply(worker("w-1")));
+    writer.apply_pod(Event::InitApply(worker("w-0")));
+    // Listed pods are not visible until the list is complete.
+    assert!(store.is_empty());
+    writer.apply_pod(Event::InitDone);
+    assert!(store.is_ready());
+    assert_eq!(names(&store), ["ml/w-0", "ml/w-1"]);
+
+    let mut bound = worker("w-0");
+    bound.spec.as_mut().unwrap().node_name = Some("gpu-0".into());
+    writer.apply_pod(Event::Apply(bound));
+    writer.apply_pod(Event::Apply(worker("w-2")));
+    writer.apply_pod(Event::Delete(worker("w-1")));
+    assert_eq!(names(&store), ["ml/w-0", "ml/w-2"]);
+    assert_eq!(
+        store.get("ml", "w-0").unwrap().node_name(),
+        Some("gpu-0"),
+        "an apply replaces the pod"
+    );
+}
+
+#[test]
+fn a_relist_swaps_the_store_so_pods_deleted_meanwhile_vanish() {
+    let (store, mut writer) = PodStore::new();
+    writer.apply_pod(Event::Init);
+    for name in ["a", "b", "c"] {
+        writer.apply_pod(Event::InitApply(worker(name)));
+    }
+    writer.apply_pod(Event::InitDone);
+    // The watch broke; "b" was deleted and "d" created while it was down.
+    writer.apply_pod(Event::Init);
+    for name in ["a", "c", "d"] {
+        writer.apply_pod(Event::InitApply(worker(name)));
+    }
+    // The old contents stay readable during the re-list.
+    assert_eq!(names(&store), ["ml/a", "ml/b", "ml/c"]);
+    let a = store.get("ml", "a").unwrap();
+    writer.apply_pod(Event::InitDone);
+    assert_eq!(names(&store), ["ml/a", "ml/c", "ml/d"]);
+    // An unchanged pod is kept, not held twice while the list arrives.
+    assert!(Arc::ptr_eq(&a, &store.get("ml", "a").unwrap()));
+    let mut bound = worker("a");
+    bound.spec.as_mut().unwrap().node_name = Some("gpu-0".into());
+    writer.apply_pod(Event::Init);
+    writer.apply_pod(Event::InitApply(bound));
+    writer.apply_pod(Event::InitDone);
+    assert_eq!(names(&store), ["ml/a"]);
+    assert_eq!(store.get("ml", "a").unwrap().node_name(), Some("gpu-0"));
+}
+
+#[test]
+fn an_apply_that_does_not_decode_drops_the_stale_pod() {
+    let (store, mut writer) = PodStore::new();
+    let good: DynamicObject = serde_json::from_value(json!({
+        "metadata": {"name": "w-0", "namespace": "ml"},
+        "spec": {"containers": []}
+    }))
+    .unwrap();
+    let mut bad = good.clone();
+    bad.data["spec"]["containers"] = json!("oops");
+    writer.apply_dynamic(Event::Init);
+    writer.apply_dynamic(Event::InitApply(good));
+    writer.apply_dynamic(Event::InitDone);
+    assert_eq!(store.len(), 1);
+    writer.apply_dynamic(Event::Apply(bad));
+    assert!(store.is_empty());
+}
+
+#[test]
+fn a_snapshot_shares_the_stored_pods_and_builds_the_same_gangs() {
+    let (store, mut writer) = PodStore::new();
+    writer.apply_pod(Event::Init);
+    writer.apply_pod(Event::InitApply(worker("w-0")));
+    writer.apply_pod(Event::InitApply(worker("w-1")));
+    writer.apply_pod(Event::InitDone);
+    let mut set = store.to_object_set();
+    set.insert_gang_object(GangObject::new(
+        "scheduling.k8s.io/v1alpha2",
+        "PodGroup",
+        json!({"metadata": {"name": "g", "namespace": "ml"},
+               "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}),
+    ));
+    let stored = store.get("ml", "w-0").unwrap();
+    assert!(std::ptr::eq(
+        Arc::as_ptr(&stored),
+        set.pod("ml", "w-0").unwrap()
+    ));
+    // A later change to the store does not reach the snapshot.
+    writer.apply_pod(Event::Delete(worker("w-1")));
+    let view = gangs(&set, NOW);
+    let g = &view.gangs[0];
+    let members: Vec<&str> = g.members.iter().map(|m| m.pod.as_str()).collect();
+    assert_eq!(members, ["w-0", "w-1"]);
+    assert_eq!((g.priority, g.created_unix), (7, 1_768_035_600));
+    assert_eq!(g.members[0].demand.cpu_milli, 2000);
+}
+
+#[test]
+fn a_compact_pod_is_a_few_hundred_bytes() {
+    // The struct itself; its strings and slices are separate, small allocations.
+    assert!(
+        std::mem::size_of::<CompactPod>() <= 256,
+        "{}",
+        std::mem::size_of::<CompactPod>()
+    );
+}
