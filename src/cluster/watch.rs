@@ -260,6 +260,20 @@ fn spawn_reflector<K>(
         .modify(slim)
         .reflect(writer)
         .touched_objects();
+    drive(stream, name.to_owned(), shutdown, |_| {});
+}
+
+/// Polls a watch stream until `shutdown`, handing each item to `on_item` and logging errors
+/// (the stream retries with backoff), inside a `watch` span named after the kind.
+fn drive<S, T>(
+    stream: S,
+    kind: String,
+    shutdown: CancellationToken,
+    mut on_item: impl FnMut(T) + Send + 'static,
+) where
+    S: futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+    T: Send + 'static,
+{
     tokio::spawn(
         async move {
             let mut stream = std::pin::pin!(stream);
@@ -267,14 +281,14 @@ fn spawn_reflector<K>(
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     next = stream.next() => match next {
-                        Some(Ok(_)) => {}
+                        Some(Ok(item)) => on_item(item),
                         Some(Err(e)) => warn!(error = %e, "watch error; retrying with backoff"),
                         None => return,
                     },
                 }
             }
         }
-        .instrument(info_span!("watch", kind = name)),
+        .instrument(info_span!("watch", kind = %kind)),
     );
 }
 
@@ -309,23 +323,9 @@ fn spawn_pod_watcher<K>(
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
     let stream = watcher(api, watcher::Config::default()).default_backoff();
-    let shutdown = shutdown.clone();
-    tokio::spawn(
-        async move {
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    next = stream.next() => match next {
-                        Some(Ok(event)) => apply(&mut writer, event),
-                        Some(Err(e)) => warn!(error = %e, "watch error; retrying with backoff"),
-                        None => return,
-                    },
-                }
-            }
-        }
-        .instrument(info_span!("watch", kind = "Pod")),
-    );
+    drive(stream, "Pod".to_owned(), shutdown.clone(), move |event| {
+        apply(&mut writer, event);
+    });
 }
 
 fn dynamic_store(
@@ -341,24 +341,7 @@ fn dynamic_store(
         .modify(drop_managed_fields::<DynamicObject>)
         .reflect(writer)
         .touched_objects();
-    let shutdown = shutdown.clone();
-    let kind = ar.kind.clone();
-    tokio::spawn(
-        async move {
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    next = stream.next() => match next {
-                        Some(Ok(_)) => {}
-                        Some(Err(e)) => warn!(error = %e, "watch error; retrying with backoff"),
-                        None => return,
-                    },
-                }
-            }
-        }
-        .instrument(info_span!("watch", kind = %kind)),
-    );
+    drive(stream, ar.kind.clone(), shutdown.clone(), |_| {});
     reader
 }
 

@@ -729,26 +729,41 @@ async fn target_of(c: &mut CloudProviderClient<tonic::transport::Channel>, id: &
         .target_size
 }
 
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn gang_admission_rounds_a_short_delta_up_to_the_whole_gang_and_the_gang_runs() {
-    let cluster = Cluster::start("gang-roundup").await;
+/// A control plane with a gang of `members` whole-node GPU pods (minCount = members) and
+/// gangscaler serving the kwok `gpu` group (max 4) with the cluster view on (strict admission).
+async fn admission_scenario(
+    test: &str,
+    gang: &str,
+    members: u32,
+) -> (
+    Cluster,
+    kube::Client,
+    harness::Proc,
+    CloudProviderClient<tonic::transport::Channel>,
+) {
+    let cluster = Cluster::start(test).await;
     let client = cluster.client().await;
     let api = harness::Versions::load().gang_api;
     let config = cluster.dir.join("gangscaler");
     let (grpc, http) = write_config(&cluster, &config, "0s");
-    // Turn on the cluster view (strict admission is the default policy).
     let provider = std::fs::read_to_string(config.join("provider.yaml")).unwrap();
     std::fs::write(
         config.join("provider.yaml"),
         provider.replace("kubernetes: {", "kubernetes: {watch: true, "),
     )
     .unwrap();
-    create_gpu_gang(&client, &api, "train", 4, 4).await;
-    let _server = start_gangscaler(&cluster, &config, http, "gangscaler");
-    let mut c = CloudProviderClient::connect(format!("http://127.0.0.1:{grpc}"))
+    create_gpu_gang(&client, &api, gang, members, members).await;
+    let server = start_gangscaler(&cluster, &config, http, "gangscaler");
+    let c = CloudProviderClient::connect(format!("http://127.0.0.1:{grpc}"))
         .await
         .unwrap();
+    (cluster, client, server, c)
+}
+
+#[tokio::test]
+#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
+async fn gang_admission_rounds_a_short_delta_up_to_the_whole_gang_and_the_gang_runs() {
+    let (_cluster, client, _server, mut c) = admission_scenario("gang-roundup", "train", 4).await;
 
     // Stand-in for CA (the real one cannot be built here) asking for fewer nodes than the gang needs.
     increase_when_synced(&mut c, "gpu", 1).await.unwrap();
@@ -799,23 +814,8 @@ async fn gang_admission_rounds_a_short_delta_up_to_the_whole_gang_and_the_gang_r
 #[tokio::test]
 #[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
 async fn strict_admission_adds_no_node_when_max_size_allows_only_part_of_a_gang() {
-    let cluster = Cluster::start("gang-partial").await;
-    let client = cluster.client().await;
-    let api = harness::Versions::load().gang_api;
-    let config = cluster.dir.join("gangscaler");
-    let (grpc, http) = write_config(&cluster, &config, "0s");
-    let provider = std::fs::read_to_string(config.join("provider.yaml")).unwrap();
-    std::fs::write(
-        config.join("provider.yaml"),
-        provider.replace("kubernetes: {", "kubernetes: {watch: true, "),
-    )
-    .unwrap();
     // The group allows 4 nodes; the gang needs 6 whole nodes to form.
-    create_gpu_gang(&client, &api, "big", 6, 6).await;
-    let _server = start_gangscaler(&cluster, &config, http, "gangscaler");
-    let mut c = CloudProviderClient::connect(format!("http://127.0.0.1:{grpc}"))
-        .await
-        .unwrap();
+    let (_cluster, client, _server, mut c) = admission_scenario("gang-partial", "big", 6).await;
     let err = increase_when_synced(&mut c, "gpu", 4).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     assert!(err.message().contains("default/big"), "{}", err.message());
