@@ -81,10 +81,12 @@ python3 - "$work/metrics.txt" <<'PY'
 import re, sys
 count, total, buckets = {}, {}, {}
 for line in open(sys.argv[1]):
-    m = re.match(r'gangscaler_grpc_request_duration_seconds_(count|sum|bucket)\{rpc="(\w+)"(?:,le="([^"]+)")?\} (\S+)', line)
+    m = re.match(r'gangscaler_grpc_request_duration_seconds_(count|sum|bucket)\{([^}]*)\} (\S+)', line)
     if not m:
         continue
-    kind, rpc, le, v = m.groups()
+    kind, labels, v = m.groups()
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+    rpc, le = labels.get("rpc"), labels.get("le")
     if kind == "count": count[rpc] = float(v)
     elif kind == "sum": total[rpc] = float(v)
     else: buckets.setdefault(rpc, []).append((float(le), float(v)))
