@@ -79,6 +79,7 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     admission: Option<admission::Admission>,
     audit: Option<Arc<crate::audit::Recorder>>,
+    events: Option<crate::events::EventPublisher>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -114,6 +115,7 @@ impl Engine {
             metrics,
             admission: None,
             audit: None,
+            events: None,
         };
         let loaded = engine.config.load_full();
         engine.sync(&loaded.groups).await?;
@@ -136,6 +138,13 @@ impl Engine {
     #[must_use]
     pub fn with_audit(mut self, recorder: Arc<crate::audit::Recorder>) -> Self {
         self.audit = Some(recorder);
+        self
+    }
+
+    /// Publishes Kubernetes Events on the gangs of every admission decision.
+    #[must_use]
+    pub fn with_events(mut self, events: crate::events::EventPublisher) -> Self {
+        self.events = Some(events);
         self
     }
 
@@ -322,7 +331,7 @@ impl Engine {
             "admission decision"
         );
         if !decision.is_accepted() || decision.applied_delta == 0 {
-            self.audit_decision(&decision, now);
+            self.report_decision(&decision, now);
             return Err(Error::Rejected {
                 group: g.id.clone(),
                 reason: decision.reason,
@@ -332,7 +341,7 @@ impl Engine {
         self.observe(g, "increase", &result);
         let new_target = result?;
         // Recorded after the provisioner answered: the log says what happened.
-        self.audit_decision(&decision, now);
+        self.report_decision(&decision, now);
         admission.record(&decision, now);
         info!(node_group.id = %g.id, ca_delta = delta, applied_delta = decision.applied_delta, target = new_target, "target size increased");
         Ok(new_target)
@@ -453,9 +462,13 @@ impl Engine {
         self.config.load().gpu_types()
     }
 
-    /// Appends a decision to the audit log. A failed write is logged and counted but does not
-    /// fail the RPC: an unwritable disk must not stop the autoscaler.
-    fn audit_decision(&self, decision: &crate::planner::Decision, now_unix: i64) {
+    /// Publishes a decision's Kubernetes Events and appends it to the audit log. A failed write
+    /// is logged and counted but does not fail the RPC: an unwritable disk must not stop the
+    /// autoscaler.
+    fn report_decision(&self, decision: &crate::planner::Decision, now_unix: i64) {
+        if let Some(events) = &self.events {
+            events.decision(decision);
+        }
         let Some(recorder) = &self.audit else {
             return;
         };

@@ -20,6 +20,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod engine;
+pub mod events;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

@@ -216,6 +216,12 @@ impl Server {
         if let Some(view) = &view {
             info!(policy = policy.as_str(), gang.api = ?view.gang_api(), "gang admission active");
             engine = engine.with_admission(policy, view.clone());
+            if let Some(client) = &client {
+                let instance =
+                    std::env::var("HOSTNAME").unwrap_or_else(|_| "gangscaler".to_owned());
+                engine = engine
+                    .with_events(crate::events::EventPublisher::new(client.clone(), instance));
+            }
         }
         let grpc = TcpListener::bind(settings.address)
             .await

@@ -729,6 +729,23 @@ async fn target_of(c: &mut CloudProviderClient<tonic::transport::Channel>, id: &
         .target_size
 }
 
+/// The note of the event with `reason` on the gang object named `name` (waits for it).
+async fn gang_event(client: &kube::Client, name: &str, reason: &str) -> String {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+    let what = format!("event {reason} on {name}");
+    eventually(&what, Duration::from_secs(10), || {
+        let api = api.clone();
+        async move {
+            let list = api.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find_map(|e| {
+                let on = e.regarding.as_ref()?.name.as_deref() == Some(name);
+                (on && e.reason.as_deref() == Some(reason)).then(|| e.note.unwrap_or_default())
+            })
+        }
+    })
+    .await
+}
+
 /// A control plane with a gang of `members` whole-node GPU pods (minCount = members) and
 /// gangscaler serving the kwok `gpu` group (max 4) with the cluster view on (strict admission).
 async fn admission_scenario(
@@ -809,6 +826,8 @@ async fn gang_admission_rounds_a_short_delta_up_to_the_whole_gang_and_the_gang_r
         4,
         "exactly the gang's nodes, no more"
     );
+    let note = gang_event(&client, "train", "ScaleUpAdmitted").await;
+    assert!(note.contains("4 node(s) requested"), "{note}");
 }
 
 #[tokio::test]
@@ -826,4 +845,6 @@ async fn strict_admission_adds_no_node_when_max_size_allows_only_part_of_a_gang(
         group_nodes(&client, "gpu").await.is_empty(),
         "no idle GPU node was added"
     );
+    let note = gang_event(&client, "big", "ScaleUpRejected").await;
+    assert!(note.contains("needs 6 nodes"), "{note}");
 }
