@@ -188,16 +188,21 @@ impl PolicySpec {
     }
 }
 
+/// The dotted path of a field `inner` (as `serde_path_to_error` writes it, `.` for the value
+/// itself) below `prefix` (empty for the object root).
+pub(crate) fn join_path(prefix: &str, inner: &str) -> String {
+    match (prefix.is_empty(), inner) {
+        (true, p) => p.to_owned(),
+        (false, ".") => prefix.to_owned(),
+        (false, p) => format!("{prefix}.{p}"),
+    }
+}
+
 /// Decodes `value` (found at dotted `prefix`; empty for the object root), reporting a wrong
 /// type as [`Issue::Malformed`] with the full field path.
 pub(crate) fn decode<T: DeserializeOwned>(value: &Value, prefix: &str) -> Result<T, Issue> {
     serde_path_to_error::deserialize(value).map_err(|e| {
-        let inner = e.path().to_string();
-        let path = match (prefix.is_empty(), inner.as_str()) {
-            (true, p) => p.to_owned(),
-            (false, ".") => prefix.to_owned(),
-            (false, p) => format!("{prefix}.{p}"),
-        };
+        let path = join_path(prefix, &e.path().to_string());
         Issue::Malformed {
             path,
             detail: e.into_inner().to_string(),

@@ -470,12 +470,7 @@ fn decode_at<T: DeserializeOwned>(
     prefix: &str,
 ) -> Result<T> {
     serde_path_to_error::deserialize(value).map_err(|e| {
-        let inner = e.path().to_string();
-        let path = match (prefix.is_empty(), inner.as_str()) {
-            (true, p) => p.to_owned(),
-            (false, ".") => prefix.to_owned(),
-            (false, p) => format!("{prefix}.{p}"),
-        };
+        let path = super::adapters::join_path(prefix, &e.path().to_string());
         Error::Decode {
             at,
             kind: kind.to_owned(),
