@@ -257,11 +257,6 @@ impl Engine {
         Ok(new)
     }
 
-    /// Every node group.
-    pub fn node_groups(&self) -> Arc<Loaded> {
-        self.config.load_full()
-    }
-
     /// The group managing `node`, matched by providerID then by name; `None` if unmanaged.
     ///
     /// # Errors

@@ -87,7 +87,7 @@ impl CloudProvider for Service {
         _request: Request<proto::NodeGroupsRequest>,
     ) -> Result<Response<proto::NodeGroupsResponse>, Status> {
         self.call("NodeGroups", "", async {
-            let cfg = self.engine.node_groups();
+            let cfg = self.engine.config();
             Ok(proto::NodeGroupsResponse {
                 node_groups: cfg.groups.iter().map(convert::node_group).collect(),
             })

@@ -517,24 +517,34 @@ impl KwokProvisioner {
     /// # Errors
     /// A Kubernetes API failure.
     pub async fn materialize(&self, group: &NodeGroupSpec) -> Result<()> {
+        self.materialize_record(group).await.map(|_| ())
+    }
+
+    /// [`KwokProvisioner::materialize`], returning the group's record as it stands afterwards
+    /// so callers need not read it again.
+    async fn materialize_record(&self, group: &NodeGroupSpec) -> Result<GroupRecord> {
         let _guard = self.materialize_lock.lock().await;
         let record = self.record(group).await?;
+        // The record as last read or written, returned so callers need not read it again.
+        let mut latest = record.clone();
         for name in &record.deleting {
             self.delete_node(&group.id, name).await?;
         }
         if !record.deleting.is_empty() {
             let done: BTreeSet<String> = record.deleting.iter().cloned().collect();
-            self.update(group, |r| {
-                r.deleting.retain(|n| !done.contains(n));
-                Ok(())
-            })
-            .await?;
+            (latest, ()) = self
+                .update(group, |r| {
+                    r.deleting.retain(|n| !done.contains(n));
+                    Ok(())
+                })
+                .await?;
         }
         let now = now_ms();
         let failure = spec(group).failure;
         for due in record.pending.iter().filter(|p| p.due_unix_ms <= now) {
             // Decide failure under the record's concurrency control.
-            let (_, fail) = self
+            let fail;
+            (latest, fail) = self
                 .update(group, |r| {
                     let Some(pos) = r.pending.iter().position(|p| p.name == due.name) else {
                         return Ok(None);
@@ -567,16 +577,17 @@ impl KwokProvisioner {
                 Some(None) => {}
             }
             self.create_node(group, &due.name).await?;
-            self.update(group, |r| {
-                if let Some(pos) = r.pending.iter().position(|p| p.name == due.name) {
-                    r.pending.remove(pos);
-                    r.created = r.created.saturating_add(1);
-                }
-                Ok(())
-            })
-            .await?;
+            (latest, ()) = self
+                .update(group, |r| {
+                    if let Some(pos) = r.pending.iter().position(|p| p.name == due.name) {
+                        r.pending.remove(pos);
+                        r.created = r.created.saturating_add(1);
+                    }
+                    Ok(())
+                })
+                .await?;
         }
-        Ok(())
+        Ok(latest)
     }
 
     /// Runs [`KwokProvisioner::materialize`] for `groups` every `period` until `shutdown`, and the
@@ -833,8 +844,7 @@ impl Provisioner for KwokProvisioner {
     }
 
     async fn instances(&self, group: &NodeGroupSpec) -> Result<Vec<Instance>> {
-        self.materialize(group).await?;
-        let record = self.record(group).await?;
+        let record = self.materialize_record(group).await?;
         let nodes = self.list_nodes(&group.id).await?;
         let mut out: Vec<Instance> = nodes
             .iter()

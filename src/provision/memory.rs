@@ -220,61 +220,56 @@ impl Provisioner for MemoryProvisioner {
         let now = Instant::now();
         self.with_state(|s| {
             s.ensure(group, now);
-            let mut doomed: Vec<usize> = Vec::with_capacity(nodes.len());
-            {
-                let g = s.groups.get(&group.id).ok_or_else(|| Error::Backend {
-                    group: group.id.clone(),
-                    backend: "memory",
-                    message: "group state vanished".to_owned(),
-                })?;
-                for node in nodes {
-                    let idx = g.instances.iter().position(|i| {
-                        (!node.provider_id.is_empty() && i.id == node.provider_id)
-                            || (node.provider_id.is_empty() && i.node_name == node.name)
-                    });
-                    match idx {
-                        Some(i) if !doomed.contains(&i) => doomed.push(i),
-                        Some(_) => {}
-                        None => {
-                            return Err(Error::NotInGroup {
-                                group: group.id.clone(),
-                                node: node.name.clone(),
-                                provider_id: node.provider_id.clone(),
-                            });
-                        }
-                    }
-                }
-                let current = g.target();
-                let healthy = doomed
-                    .iter()
-                    .filter(|&&i| g.instances[i].error.is_none())
-                    .count();
-                let removing = u32::try_from(doomed.len()).unwrap_or(u32::MAX);
-                if healthy > 0 && current.saturating_sub(removing) < group.min_size {
-                    return Err(Error::BelowMin {
-                        group: group.id.clone(),
-                        current,
-                        removing,
-                        min: group.min_size,
-                    });
-                }
-            }
-            doomed.sort_unstable_by(|a, b| b.cmp(a));
-            let g = s.groups.get_mut(&group.id).ok_or_else(|| Error::Backend {
+            let State {
+                groups,
+                by_provider_id,
+                by_name,
+            } = s;
+            let g = groups.get_mut(&group.id).ok_or_else(|| Error::Backend {
                 group: group.id.clone(),
                 backend: "memory",
                 message: "group state vanished".to_owned(),
             })?;
-            let mut removed = Vec::with_capacity(doomed.len());
+            // Validate every node before changing anything: all or nothing.
+            let mut doomed: Vec<usize> = Vec::with_capacity(nodes.len());
+            for node in nodes {
+                let idx = g.instances.iter().position(|i| {
+                    (!node.provider_id.is_empty() && i.id == node.provider_id)
+                        || (node.provider_id.is_empty() && i.node_name == node.name)
+                });
+                match idx {
+                    Some(i) if !doomed.contains(&i) => doomed.push(i),
+                    Some(_) => {}
+                    None => {
+                        return Err(Error::NotInGroup {
+                            group: group.id.clone(),
+                            node: node.name.clone(),
+                            provider_id: node.provider_id.clone(),
+                        });
+                    }
+                }
+            }
+            let current = g.target();
+            let healthy = doomed
+                .iter()
+                .filter(|&&i| g.instances[i].error.is_none())
+                .count();
+            let removing = u32::try_from(doomed.len()).unwrap_or(u32::MAX);
+            if healthy > 0 && current.saturating_sub(removing) < group.min_size {
+                return Err(Error::BelowMin {
+                    group: group.id.clone(),
+                    current,
+                    removing,
+                    min: group.min_size,
+                });
+            }
+            doomed.sort_unstable_by(|a, b| b.cmp(a));
             for i in doomed {
-                removed.push(g.instances.remove(i));
+                let inst = g.instances.remove(i);
+                by_provider_id.remove(&inst.id);
+                by_name.remove(&inst.node_name);
             }
-            let target = g.target();
-            for inst in removed {
-                s.by_provider_id.remove(&inst.id);
-                s.by_name.remove(&inst.node_name);
-            }
-            Ok(target)
+            Ok(g.target())
         })?
     }
 

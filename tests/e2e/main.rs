@@ -76,6 +76,18 @@ async fn provisioner(cluster: &Cluster) -> KwokProvisioner {
     KwokProvisioner::new(cluster.client().await, settings(), "nvidia.com/gpu.product")
 }
 
+/// A control plane, an admin client and a kwok provisioner that knows `group`.
+async fn kwok_fixture(
+    test: &str,
+    group: &NodeGroupSpec,
+) -> (Cluster, kube::Client, KwokProvisioner) {
+    let cluster = Cluster::start(test).await;
+    let client = cluster.client().await;
+    let p = provisioner(&cluster).await;
+    p.sync_groups(std::slice::from_ref(group)).await.unwrap();
+    (cluster, client, p)
+}
+
 async fn group_nodes(client: &kube::Client, group: &str) -> Vec<Node> {
     let api: Api<Node> = Api::all(client.clone());
     api.list(&ListParams::default().labels(&format!("gangscaler.io/node-group={group}")))
@@ -87,11 +99,8 @@ async fn group_nodes(client: &kube::Client, group: &str) -> Vec<Node> {
 #[tokio::test]
 #[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
 async fn kwok_nodes_carry_the_template_and_a_csinode_and_become_ready() {
-    let cluster = Cluster::start("template").await;
-    let client = cluster.client().await;
-    let p = provisioner(&cluster).await;
     let g = kwok_group("h100", 0, 4, instant());
-    p.sync_groups(std::slice::from_ref(&g)).await.unwrap();
+    let (_cluster, client, p) = kwok_fixture("template", &g).await;
     assert_eq!(p.increase(&g, 2).await.unwrap(), 2);
 
     let nodes = group_nodes(&client, "h100").await;
@@ -239,11 +248,8 @@ async fn concurrent_increases_from_two_providers_never_pass_max() {
 #[tokio::test]
 #[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
 async fn delete_removes_nodes_lowers_target_and_refuses_foreign_nodes() {
-    let cluster = Cluster::start("delete").await;
-    let client = cluster.client().await;
-    let p = provisioner(&cluster).await;
     let g = kwok_group("del", 1, 5, instant());
-    p.sync_groups(std::slice::from_ref(&g)).await.unwrap();
+    let (_cluster, client, p) = kwok_fixture("delete", &g).await;
     p.increase(&g, 2).await.unwrap();
     let instances = p.instances(&g).await.unwrap();
     assert_eq!(instances.len(), 3);
@@ -281,9 +287,6 @@ async fn delete_removes_nodes_lowers_target_and_refuses_foreign_nodes() {
 #[tokio::test]
 #[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
 async fn a_stockout_reports_failed_instances_that_delete_removes() {
-    let cluster = Cluster::start("stockout").await;
-    let client = cluster.client().await;
-    let p = provisioner(&cluster).await;
     let spec = KwokBackendSpec {
         failure: Some(SimulatedFailure {
             after_instances: 1,
@@ -292,7 +295,7 @@ async fn a_stockout_reports_failed_instances_that_delete_removes() {
         ..instant()
     };
     let g = kwok_group("scarce", 0, 5, spec);
-    p.sync_groups(std::slice::from_ref(&g)).await.unwrap();
+    let (_cluster, client, p) = kwok_fixture("stockout", &g).await;
     p.increase(&g, 3).await.unwrap();
     let instances = p.instances(&g).await.unwrap();
     let failed: Vec<_> = instances.iter().filter(|i| i.error.is_some()).collect();
@@ -324,9 +327,6 @@ async fn a_stockout_reports_failed_instances_that_delete_removes() {
 #[tokio::test]
 #[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
 async fn the_simulated_attacher_attaches_or_fails_volume_attachments_on_its_nodes() {
-    let cluster = Cluster::start("attach").await;
-    let client = cluster.client().await;
-    let p = provisioner(&cluster).await;
     let spec = KwokBackendSpec {
         attach: Some(AttachSimulation {
             delay: Duration::from_millis(500),
@@ -335,7 +335,7 @@ async fn the_simulated_attacher_attaches_or_fails_volume_attachments_on_its_node
         ..instant()
     };
     let g = kwok_group("vol", 0, 2, spec);
-    p.sync_groups(std::slice::from_ref(&g)).await.unwrap();
+    let (_cluster, client, p) = kwok_fixture("attach", &g).await;
     p.increase(&g, 1).await.unwrap();
     let node = p.instances(&g).await.unwrap().remove(0).node_name;
     let api: Api<VolumeAttachment> = Api::all(client.clone());
