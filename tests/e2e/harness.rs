@@ -93,13 +93,29 @@ impl Versions {
     }
 }
 
-/// A free port on 127.0.0.1 (bound and released; good enough for a test harness).
+/// A free port on 127.0.0.1 for a server this harness starts.
+///
+/// Ports come from 20000-31999, below Linux's ephemeral range (32768-60999), so a port we
+/// checked and released cannot be taken meanwhile as the source port of some outgoing
+/// connection (which made etcd fail with "address already in use"). Ports handed out once in
+/// this process are never handed out again.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::hash::{BuildHasher, Hasher};
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(given.len());
+        let port = 20000 + u16::try_from(h.finish() % 12000).unwrap();
+        if given.contains(&port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        given.insert(port);
+        return port;
+    }
 }
 
 /// A child process stopped by pid on drop: SIGTERM, then SIGKILL after a grace period.
