@@ -9,12 +9,14 @@
 //! - [`read`]: reads log files back, reporting bad or truncated lines with their numbers.
 //! - [`track`]: [`Tracker`], the lifecycle state machine rebuilt from the log on restart, and
 //!   [`Recorder`], which ties it to an [`AuditLog`] so that nothing is recorded twice or lost.
+//! - [`observe`]: what the cluster shows of each open lifecycle ([`observe`], pure).
 //! - [`report`]: formation-time percentiles and rates per node group for a time window (pure).
 //!
 //! The schema, the durability guarantees and the report's definitions are published in
 //! `docs/audit-schema.md`.
 
 pub mod log;
+pub mod observe;
 pub mod read;
 pub mod record;
 pub mod report;
@@ -23,13 +25,14 @@ pub mod track;
 use std::path::PathBuf;
 
 pub use log::{AuditLog, Config};
+pub use observe::{Facts, GroupFacts, observe};
 pub use read::{BadLine, Reading, read_files, rotated_paths};
 pub use record::{
     DecisionEvent, DeferredSummary, Event, Extent, GangId, GangSummary, Outcome, OutcomeEvent,
     Phase, PhaseEvent, Record, SCHEMA_VERSION, Verdict,
 };
 pub use report::{Percentiles, Report, Stats, Window};
-pub use track::{Key, Observation, Open, Recorder, Resumed, Timeouts, Tracker};
+pub use track::{Appended, Key, Observation, Open, Recorder, Resumed, Timeouts, Tracker};
 
 /// Audit errors. Every I/O variant names the file.
 #[derive(Debug, thiserror::Error)]

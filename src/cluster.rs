@@ -17,6 +17,7 @@ mod gangs;
 mod objects;
 mod pod;
 mod problem;
+mod progress;
 mod v1alpha1;
 mod v1alpha2;
 mod v1beta1;
@@ -29,6 +30,8 @@ mod objects_tests;
 #[cfg(test)]
 mod pod_tests;
 #[cfg(test)]
+mod progress_tests;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;
@@ -38,6 +41,7 @@ pub use gangs::{GangView, SCHEDULED_GRACE_SECS, gangs};
 pub use objects::{GangObject, ObjectSet};
 pub use pod::{CompactPod, PodKey, PodLink};
 pub use problem::{Issue, ObjectRef, Problem};
+pub use progress::{node_progress, progress};
 pub use watch::{ClusterView, PodStore, PodWriter, WatchError};
 
 /// Where in the input an object came from.

@@ -9,6 +9,7 @@ mod walk;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub use load::{Fingerprint, Source};
 
@@ -143,6 +144,35 @@ pub struct AuditSettings {
     pub stdout: bool,
 }
 
+/// How scale-up lifecycles are tracked after an accepted `NodeGroupIncreaseSize`: how often
+/// the open ones are compared with the cluster, and when each ends in a timeout outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LifecycleSettings {
+    /// How often open scale-ups are compared with the cluster (`lifecycle.interval`).
+    pub interval: Duration,
+    /// Time after the request by which the nodes must have registered; past it the lifecycle
+    /// ends with the `registrationTimeout` outcome (`lifecycle.registrationTimeout`).
+    pub registration_timeout: Duration,
+    /// Time after the request by which the gang must have formed; past it the lifecycle ends
+    /// with the `formationTimeout` outcome (`lifecycle.formationTimeout`).
+    pub formation_timeout: Duration,
+    /// Time after the gang formed by which its volumes must be attached; past it the lifecycle
+    /// ends with the `attachFailed` outcome (`lifecycle.attachTimeout`).
+    pub attach_timeout: Duration,
+}
+
+impl Default for LifecycleSettings {
+    /// 5s interval, 15m registration, 30m formation and 10m attach timeouts.
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(5),
+            registration_timeout: Duration::from_secs(15 * 60),
+            formation_timeout: Duration::from_secs(30 * 60),
+            attach_timeout: Duration::from_secs(10 * 60),
+        }
+    }
+}
+
 /// Settings from the provider file that are not per node group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderSettings {
@@ -160,6 +190,8 @@ pub struct ProviderSettings {
     pub admission_policy: crate::planner::Policy,
     /// The durable audit log of admission decisions, if configured.
     pub audit: Option<AuditSettings>,
+    /// How scale-up lifecycles are tracked and timed out (defaults when the section is absent).
+    pub lifecycle: LifecycleSettings,
 }
 
 /// A loaded, validated configuration.

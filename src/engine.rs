@@ -303,7 +303,8 @@ impl Engine {
             info!(node_group.id = %g.id, delta, target, "target size increased");
             return Ok(target);
         };
-        let now = now_unix();
+        let now_ms = now_ms();
+        let now = now_ms.div_euclid(1000);
         let target = backend.target_size(g).await?;
         let decision = admission
             .decide(g, &cfg.provider.gpu_label, target, delta, now)
@@ -326,7 +327,7 @@ impl Engine {
             "admission decision"
         );
         if !decision.is_accepted() || decision.applied_delta == 0 {
-            self.report_decision(&decision, now);
+            self.report_decision(&decision, now_ms);
             return Err(Error::Rejected {
                 group: g.id.clone(),
                 reason: decision.reason,
@@ -336,7 +337,7 @@ impl Engine {
         self.observe(g, "increase", &result);
         let new_target = result?;
         // Recorded after the provisioner answered: the log says what happened.
-        self.report_decision(&decision, now);
+        self.report_decision(&decision, now_ms);
         admission.record(&decision, now);
         info!(node_group.id = %g.id, ca_delta = delta, applied_delta = decision.applied_delta, target = new_target, "target size increased");
         Ok(new_target)
@@ -460,14 +461,14 @@ impl Engine {
     /// Publishes a decision's Kubernetes Events and appends it to the audit log. A failed write
     /// is logged and counted but does not fail the RPC: an unwritable disk must not stop the
     /// autoscaler.
-    fn report_decision(&self, decision: &crate::planner::Decision, now_unix: i64) {
+    fn report_decision(&self, decision: &crate::planner::Decision, now_ms: i64) {
         if let Some(events) = &self.events {
             events.decision(decision);
         }
         let Some(recorder) = &self.audit else {
             return;
         };
-        match recorder.decision(decision, now_unix.saturating_mul(1000), None) {
+        match recorder.decision(decision, now_ms, None) {
             Ok(id) => {
                 if let Some(id) = id {
                     info!(node_group.id = %decision.group, scale_up.id = %id, "scale-up recorded");
@@ -499,13 +500,13 @@ fn decision_verdict(d: &crate::planner::Decision) -> &'static str {
     if d.is_accepted() { "accept" } else { "reject" }
 }
 
-/// Seconds since the Unix epoch: the engine's one wall-clock read (decision records and the
-/// in-flight ledger are wall-clock based).
-fn now_unix() -> i64 {
+/// Milliseconds since the Unix epoch: the engine's and the lifecycle loop's one wall-clock
+/// read (decision records, the in-flight ledger and lifecycle timeouts are wall-clock based).
+pub fn now_ms() -> i64 {
     #[allow(clippy::disallowed_methods)]
     let now = std::time::SystemTime::now();
     now.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn positive(delta: i32, message: impl FnOnce() -> String) -> Result<u32> {

@@ -1,6 +1,8 @@
-//! Kubernetes Events for admission decisions, on the gang object itself (the PodGroup, or the
-//! Workload for `v1alpha1`), so `kubectl describe podgroup` shows why a scale-up happened or
-//! did not. Events are best effort: a failure to publish is logged, never returned.
+//! Kubernetes Events for admission decisions and for what became of the scale-ups, on the gang
+//! object itself (the PodGroup, or the Workload for `v1alpha1`), so `kubectl describe
+//! podgroup` shows why a scale-up happened or did not, when the gang formed, when its volumes
+//! attached and how the scale-up ended. Events are best effort: a failure to publish is
+//! logged, never returned.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -8,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use tracing::{debug, warn};
 
+use crate::audit::{Appended, Event as AuditEvent, GangId, Outcome, Phase};
 use crate::model::GangRef;
 use crate::planner::Decision;
 
@@ -17,6 +20,14 @@ pub const REPORTING_CONTROLLER: &str = "gangscaler.io/admission";
 pub const REASON_ADMITTED: &str = "ScaleUpAdmitted";
 /// Reason of an event for a gang a strict rejection left waiting.
 pub const REASON_REJECTED: &str = "ScaleUpRejected";
+/// Reason of an event for a gang that formed after a scale-up.
+pub const REASON_FORMED: &str = "ScaleUpGangFormed";
+/// Reason of an event for a gang whose volumes attached after a scale-up.
+pub const REASON_VOLUMES_ATTACHED: &str = "ScaleUpVolumesAttached";
+/// Reason of an event for a gang whose scale-up succeeded.
+pub const REASON_SUCCEEDED: &str = "ScaleUpSucceeded";
+/// Reason of an event for a gang whose scale-up failed.
+pub const REASON_FAILED: &str = "ScaleUpFailed";
 /// At most this many gangs get an event per decision.
 const MAX_EVENTS_PER_DECISION: usize = 20;
 
@@ -88,6 +99,75 @@ impl EventPublisher {
         out
     }
 
+    /// The events an appended lifecycle record produces (gang lifecycles only): formed when
+    /// it is the first record showing the gang formed, volumes attached when it records that
+    /// phase, and succeeded or failed for an outcome. Pure, for tests.
+    pub fn events_for_lifecycle(
+        appended: &Appended,
+    ) -> Vec<(GangRef, &'static str, &'static str, String)> {
+        let mut out = Vec::new();
+        match &appended.record.event {
+            AuditEvent::Phase(p) => {
+                let Some(gang) = &p.gang else { return out };
+                let gang = gang_ref(gang);
+                let secs = p.elapsed_ms as f64 / 1000.0;
+                if appended.first_formed().is_some() {
+                    out.push((
+                        gang.clone(),
+                        REASON_FORMED,
+                        "Normal",
+                        format!(
+                            "scale-up {} of node group {}: gang formed {secs:.1} s after the request",
+                            p.scale_up_id, p.node_group
+                        ),
+                    ));
+                }
+                if p.phase >= Phase::VolumesAttached {
+                    out.push((
+                        gang,
+                        REASON_VOLUMES_ATTACHED,
+                        "Normal",
+                        format!(
+                            "scale-up {} of node group {}: every volume attached {secs:.1} s after the request",
+                            p.scale_up_id, p.node_group
+                        ),
+                    ));
+                }
+            }
+            AuditEvent::Outcome(o) => {
+                let Some(gang) = &o.gang else { return out };
+                let secs = o.duration_ms as f64 / 1000.0;
+                let (reason, type_) = if o.outcome == Outcome::Succeeded {
+                    (REASON_SUCCEEDED, "Normal")
+                } else {
+                    (REASON_FAILED, "Warning")
+                };
+                out.push((
+                    gang_ref(gang),
+                    reason,
+                    type_,
+                    format!(
+                        "scale-up {} of node group {}: {} after {secs:.1} s: {}",
+                        o.scale_up_id,
+                        o.node_group,
+                        o.outcome.as_str(),
+                        o.reason
+                    ),
+                ));
+            }
+            AuditEvent::Decision(_) => {}
+        }
+        out
+    }
+
+    /// Publishes a lifecycle record's events in the background.
+    pub fn lifecycle(&self, appended: &Appended) {
+        for (gang, reason, type_, note) in Self::events_for_lifecycle(appended) {
+            let publisher = self.clone();
+            tokio::spawn(async move { publisher.publish(&gang, reason, type_, note).await });
+        }
+    }
+
     /// Publishes the decision's events in the background.
     pub fn decision(&self, decision: &Decision) {
         for (gang, reason, type_, note) in Self::events_for(decision) {
@@ -123,6 +203,15 @@ impl EventPublisher {
                 warn!(pod_group.namespace = %gang.namespace, pod_group.name = %gang.name, reason, error = %e, "publishing an event failed")
             }
         }
+    }
+}
+
+fn gang_ref(gang: &GangId) -> GangRef {
+    GangRef {
+        namespace: gang.namespace.clone(),
+        name: gang.name.clone(),
+        api_version: gang.api_version.clone(),
+        kind: gang.kind.clone(),
     }
 }
 

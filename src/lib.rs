@@ -23,6 +23,7 @@ pub mod engine;
 pub mod events;
 pub mod grpc;
 pub mod http;
+pub mod lifecycle;
 pub mod metrics;
 pub mod model;
 pub mod planner;

@@ -51,6 +51,24 @@ pub struct DecisionLabels {
     pub rule: &'static str,
 }
 
+/// Labels of a per-node-group scale-up metric (node groups come from the configuration, a
+/// bounded set).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabels {
+    /// Node group id.
+    pub node_group: String,
+}
+
+/// Labels of a scale-up outcome counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScaleUpOutcomeLabels {
+    /// Node group id.
+    pub node_group: String,
+    /// `succeeded`, `provisionFailed`, `registrationTimeout`, `formationTimeout`,
+    /// `attachFailed`, `cancelled` or `preempted`.
+    pub outcome: &'static str,
+}
+
 /// Every metric family of the provider.
 #[derive(Debug)]
 pub struct Metrics {
@@ -69,6 +87,32 @@ pub struct Metrics {
     pub admission_decisions: Family<DecisionLabels, Counter>,
     /// Audit records that could not be written.
     pub audit_write_failures: Counter,
+    /// Scale-up request → gang formed, by node group.
+    pub formation_seconds: Family<GroupLabels, Histogram>,
+    /// Scale-up request → success (formed, volumes attached, minCount members running).
+    pub success_seconds: Family<GroupLabels, Histogram>,
+    /// Gang created → minCount members running, for gangs whose scale-up succeeded.
+    pub job_start_delay_seconds: Family<GroupLabels, Histogram>,
+    /// Scale-up lifecycles ended, by node group and outcome.
+    pub scale_up_outcomes: Family<ScaleUpOutcomeLabels, Counter>,
+    /// Volume attach errors seen on gangs after a scale-out, by node group.
+    pub attach_failures: Family<GroupLabels, Counter>,
+    /// Scale-ups whose gang was preempted before it started, by node group.
+    pub preemptions: Family<GroupLabels, Counter>,
+    /// Scale-up lifecycles open now.
+    pub scale_ups_open: Gauge,
+    /// Gangs pending now (fewer than minCount members placed, not reported scheduled).
+    pub gangs_pending: Gauge,
+    /// Sum over time of pending gangs: gang-seconds spent pending.
+    pub gangs_pending_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+}
+
+/// Buckets for scale-up and formation times: 5 s to 1 h, minute-scale in the middle.
+fn lifecycle_buckets() -> impl Iterator<Item = f64> {
+    [
+        5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 900.0, 1800.0, 3600.0,
+    ]
+    .into_iter()
 }
 
 fn rpc_buckets() -> impl Iterator<Item = f64> {
@@ -94,6 +138,74 @@ impl Metrics {
         let config_valid = Gauge::default();
         let admission_decisions = Family::<DecisionLabels, Counter>::default();
         let audit_write_failures = Counter::default();
+        let lifecycle_histogram = || {
+            Family::<GroupLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(lifecycle_buckets())
+            })
+        };
+        let formation_seconds = lifecycle_histogram();
+        let success_seconds = lifecycle_histogram();
+        let job_start_delay_seconds = lifecycle_histogram();
+        let scale_up_outcomes = Family::<ScaleUpOutcomeLabels, Counter>::default();
+        let attach_failures = Family::<GroupLabels, Counter>::default();
+        let preemptions = Family::<GroupLabels, Counter>::default();
+        let scale_ups_open = Gauge::default();
+        let gangs_pending = Gauge::default();
+        let gangs_pending_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        {
+            use prometheus_client::registry::Unit;
+            let s = registry.sub_registry_with_prefix("scaleup");
+            s.register_with_unit(
+                "formation",
+                "time from an accepted scale-up to its gang forming, by node group",
+                Unit::Seconds,
+                formation_seconds.clone(),
+            );
+            s.register_with_unit(
+                "success",
+                "time from an accepted scale-up to success (gang formed, volumes attached, minCount members running), by node group",
+                Unit::Seconds,
+                success_seconds.clone(),
+            );
+            s.register_with_unit(
+                "job_start_delay",
+                "time from a gang's creation to minCount members running, for gangs whose scale-up succeeded, by node group",
+                Unit::Seconds,
+                job_start_delay_seconds.clone(),
+            );
+            s.register(
+                "outcomes",
+                "scale-up lifecycles ended, by node group and outcome",
+                scale_up_outcomes.clone(),
+            );
+            s.register(
+                "attach_failures",
+                "volume attach errors on gangs after a scale-out, by node group",
+                attach_failures.clone(),
+            );
+            s.register(
+                "preemptions",
+                "scale-ups whose gang was preempted before it started, by node group",
+                preemptions.clone(),
+            );
+            s.register(
+                "open",
+                "scale-up lifecycles not ended yet",
+                scale_ups_open.clone(),
+            );
+            let g = registry.sub_registry_with_prefix("gangs");
+            g.register(
+                "pending",
+                "gangs pending now (fewer than minCount members placed)",
+                gangs_pending.clone(),
+            );
+            g.register_with_unit(
+                "pending",
+                "gang-seconds spent pending, summed over gangs",
+                Unit::Seconds,
+                gangs_pending_seconds.clone(),
+            );
+        }
         registry.sub_registry_with_prefix("audit").register(
             "write_failures",
             "audit records that could not be written",
@@ -141,6 +253,15 @@ impl Metrics {
             config_valid,
             admission_decisions,
             audit_write_failures,
+            formation_seconds,
+            success_seconds,
+            job_start_delay_seconds,
+            scale_up_outcomes,
+            attach_failures,
+            preemptions,
+            scale_ups_open,
+            gangs_pending,
+            gangs_pending_seconds,
         }
     }
 

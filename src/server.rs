@@ -90,6 +90,7 @@ pub struct Server {
     kwok: Option<Arc<KwokProvisioner>>,
     watch_shutdown: CancellationToken,
     synced: Arc<AtomicBool>,
+    lifecycle: Option<crate::lifecycle::Lifecycle>,
 }
 
 impl std::fmt::Debug for Server {
@@ -189,20 +190,24 @@ impl Server {
         };
         let policy = loaded.provider.admission_policy;
         let audit_settings = loaded.provider.audit.clone();
+        let lifecycle_settings = loaded.provider.lifecycle;
         let mut engine = Engine::new(loaded, source, provisioners, metrics.clone())
             .await
             .map_err(Error::Engine)?;
+        let mut recorder_handle = None;
         if let Some(audit) = &audit_settings {
             let config = crate::audit::Config::new()
                 .with_max_bytes(audit.max_bytes)
                 .with_keep_files(audit.keep_files)
                 .with_copy_to_stdout(audit.stdout);
-            let (recorder, resumed) = crate::audit::Recorder::open(
-                &audit.path,
-                config,
-                crate::audit::Timeouts::default(),
-            )
-            .map_err(Error::Audit)?;
+            let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            let timeouts = crate::audit::Timeouts {
+                registration_ms: ms(lifecycle_settings.registration_timeout),
+                formation_ms: ms(lifecycle_settings.formation_timeout),
+                attach_ms: ms(lifecycle_settings.attach_timeout),
+            };
+            let (recorder, resumed) = crate::audit::Recorder::open(&audit.path, config, timeouts)
+                .map_err(Error::Audit)?;
             info!(
                 audit.path = %audit.path.display(),
                 records = resumed.records,
@@ -211,18 +216,41 @@ impl Server {
                 repaired_bytes = resumed.repaired_bytes,
                 "audit log opened"
             );
-            engine = engine.with_audit(Arc::new(recorder));
+            recorder_handle = Some(Arc::new(recorder));
         }
+        if let Some(recorder) = &recorder_handle {
+            engine = engine.with_audit(recorder.clone());
+        }
+        let mut publisher = None;
         if let Some(view) = &view {
             info!(policy = policy.as_str(), gang.api = ?view.gang_api(), "gang admission active");
             engine = engine.with_admission(policy, view.clone());
             if let Some(client) = &client {
                 let instance =
                     std::env::var("HOSTNAME").unwrap_or_else(|_| "gangscaler".to_owned());
-                engine = engine
-                    .with_events(crate::events::EventPublisher::new(client.clone(), instance));
+                let events = crate::events::EventPublisher::new(client.clone(), instance);
+                engine = engine.with_events(events.clone());
+                publisher = Some(events);
             }
         }
+        let engine = Arc::new(engine);
+        let lifecycle = match (&recorder_handle, &view) {
+            (Some(recorder), Some(view)) => {
+                info!(
+                    interval_ms = lifecycle_settings.interval.as_millis(),
+                    "scale-up lifecycle tracking active"
+                );
+                Some(crate::lifecycle::Lifecycle::new(
+                    recorder.clone(),
+                    view.clone(),
+                    engine.clone(),
+                    metrics.clone(),
+                    publisher,
+                    lifecycle_settings.interval,
+                ))
+            }
+            _ => None,
+        };
         let grpc = TcpListener::bind(settings.address)
             .await
             .map_err(|source| Error::Bind {
@@ -238,7 +266,7 @@ impl Server {
                 source,
             })?;
         Ok(Self {
-            engine: Arc::new(engine),
+            engine,
             metrics,
             grpc,
             http,
@@ -247,6 +275,7 @@ impl Server {
             kwok,
             watch_shutdown,
             synced,
+            lifecycle,
         })
     }
 
@@ -286,6 +315,10 @@ impl Server {
                     .await;
             })
         });
+        let lifecycle_task = self.lifecycle.map(|lifecycle| {
+            let token = shutdown.clone();
+            tokio::spawn(lifecycle.run(token))
+        });
         let mut builder = tonic::transport::Server::builder();
         let tls = self.tls.is_some();
         if let Some(config) = self.tls {
@@ -310,6 +343,9 @@ impl Server {
         self.watch_shutdown.cancel();
         let _ = http_task.await;
         if let Some(t) = kwok_task {
+            let _ = t.await;
+        }
+        if let Some(t) = lifecycle_task {
             let _ = t.await;
         }
         info!("gangscaler stopped");

@@ -69,6 +69,7 @@ pub fn loaded(mut groups: Vec<NodeGroupSpec>) -> Loaded {
             kubernetes: Default::default(),
             admission_policy: Default::default(),
             audit: None,
+            lifecycle: Default::default(),
         },
         groups,
     }

@@ -14,8 +14,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
-use gangscaler::config::{Error, FieldError, Loaded, Source, Transport};
+use gangscaler::config::{Error, FieldError, LifecycleSettings, Loaded, Source, Transport};
 use gangscaler::model::quantity::Quantity;
 use gangscaler::model::{BackendSpec, NodeGroupSpec, TaintEffect, TemplateNode};
 use tempfile::TempDir;
@@ -1309,4 +1310,192 @@ fn a_kwok_group_without_capacity_and_a_bad_state_namespace_are_reported() {
         Some("\"Not_A_Namespace\""),
     );
     assert_count(&errs, 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. The lifecycle section
+// ---------------------------------------------------------------------------------------------
+
+/// `PROVIDER` plus a `lifecycle` section with the given body (lines indented by two spaces).
+fn provider_with_lifecycle(body: &str) -> String {
+    format!("{PROVIDER}lifecycle:\n{body}")
+}
+
+#[test]
+fn an_absent_lifecycle_section_takes_the_documented_defaults() {
+    let loaded = ConfigDir::new(PROVIDER)
+        .group("gpu-a.yaml", GPU_A)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let lifecycle = loaded.provider.lifecycle;
+    assert_eq!(lifecycle, LifecycleSettings::default());
+    assert_eq!(lifecycle.interval, Duration::from_secs(5));
+    assert_eq!(lifecycle.registration_timeout, Duration::from_secs(15 * 60));
+    assert_eq!(lifecycle.formation_timeout, Duration::from_secs(30 * 60));
+    assert_eq!(lifecycle.attach_timeout, Duration::from_secs(10 * 60));
+}
+
+#[test]
+fn the_shipped_provider_file_sets_the_default_lifecycle() {
+    assert_eq!(
+        load_shipped().provider.lifecycle,
+        LifecycleSettings::default()
+    );
+}
+
+#[test]
+fn a_full_lifecycle_section_is_read() {
+    let provider = provider_with_lifecycle(
+        "  interval: 250ms\n  registrationTimeout: 20m\n  formationTimeout: 1h30m\n  attachTimeout: 45s\n",
+    );
+    let loaded = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        loaded.provider.lifecycle,
+        LifecycleSettings {
+            interval: Duration::from_millis(250),
+            registration_timeout: Duration::from_secs(20 * 60),
+            formation_timeout: Duration::from_secs(90 * 60),
+            attach_timeout: Duration::from_secs(45),
+        }
+    );
+}
+
+#[test]
+fn a_partial_lifecycle_section_keeps_the_other_defaults() {
+    let provider = provider_with_lifecycle("  formationTimeout: 2h\n");
+    let loaded = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        loaded.provider.lifecycle,
+        LifecycleSettings {
+            formation_timeout: Duration::from_secs(2 * 60 * 60),
+            ..LifecycleSettings::default()
+        }
+    );
+}
+
+#[test]
+fn a_zero_lifecycle_timeout_is_reported() {
+    let provider = provider_with_lifecycle("  registrationTimeout: 0s\n  attachTimeout: 0\n");
+    let errs = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .errors();
+    assert_count(&errs, 2);
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "lifecycle.registrationTimeout",
+        Some("\"0s\""),
+    );
+    assert!(e.message.contains("above 0"), "{e}");
+    let e = expect_error(&errs, "provider.yaml", "lifecycle.attachTimeout", Some("0"));
+    assert!(e.message.contains("above 0"), "{e}");
+}
+
+#[test]
+fn a_lifecycle_timeout_above_a_day_is_reported() {
+    let provider = provider_with_lifecycle("  formationTimeout: 25h\n");
+    let errs = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .errors();
+    assert_count(&errs, 1);
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "lifecycle.formationTimeout",
+        Some("\"25h\""),
+    );
+    assert!(e.message.contains("at most 24h"), "{e}");
+}
+
+#[test]
+fn a_lifecycle_interval_outside_100ms_to_10m_is_reported() {
+    for interval in ["50ms", "11m"] {
+        let provider = provider_with_lifecycle(&format!("  interval: {interval}\n"));
+        let errs = ConfigDir::new(&provider)
+            .group("gpu-a.yaml", GPU_A)
+            .errors();
+        assert_count(&errs, 1);
+        let e = expect_error(
+            &errs,
+            "provider.yaml",
+            "lifecycle.interval",
+            Some(&format!("{interval:?}")),
+        );
+        assert!(e.message.contains("from 100ms to 10m"), "{e}");
+    }
+}
+
+#[test]
+fn a_lifecycle_value_that_is_not_a_duration_is_reported() {
+    let provider = provider_with_lifecycle("  formationTimeout: half an hour\n");
+    let errs = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .errors();
+    assert_count(&errs, 1);
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "lifecycle.formationTimeout",
+        Some("\"half an hour\""),
+    );
+    assert!(e.message.contains("duration"), "{e}");
+}
+
+#[test]
+fn an_unknown_lifecycle_key_is_reported_with_the_known_keys() {
+    let provider = provider_with_lifecycle("  formationTimout: 30m\n");
+    let errs = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .errors();
+    assert_count(&errs, 1);
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "lifecycle.formationTimout",
+        Some("\"30m\""),
+    );
+    assert!(e.message.contains("unknown field"), "{e}");
+    assert!(
+        e.message.contains("formationTimeout"),
+        "lists the known keys: {e}"
+    );
+}
+
+#[test]
+fn lifecycle_errors_name_file_field_and_value_in_the_message() {
+    let provider = provider_with_lifecycle("  interval: 10ms\n");
+    let dir = ConfigDir::new(&provider).group("gpu-a.yaml", GPU_A);
+    let text = dir.load().expect_err("interval too short").to_string();
+    let file = dir.path().join("provider.yaml");
+    assert!(
+        text.contains(&format!("{}: lifecycle.interval: ", file.display())),
+        "{text}"
+    );
+    assert!(text.contains("(got \"10ms\")"), "{text}");
+}
+
+#[test]
+fn lifecycle_environment_overrides_are_validated() {
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
+    let loaded = dir
+        .load_with_env(&[("GANGSCALER__LIFECYCLE__ATTACH_TIMEOUT", "2m")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        loaded.provider.lifecycle.attach_timeout,
+        Duration::from_secs(120)
+    );
+    let errs = invalid(dir.load_with_env(&[("GANGSCALER__LIFECYCLE__INTERVAL", "1ms")]));
+    assert_count(&errs, 1);
+    expect_error(
+        &errs,
+        "provider.yaml",
+        "lifecycle.interval",
+        Some("\"1ms\""),
+    );
 }

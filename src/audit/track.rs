@@ -47,6 +47,9 @@ pub struct Timeouts {
     /// `formationTimeout` when the gang has not formed this long after the request (30 minutes
     /// by default).
     pub formation_ms: u64,
+    /// `attachFailed` when the gang's volumes are not attached this long after it formed (10
+    /// minutes by default).
+    pub attach_ms: u64,
 }
 
 impl Default for Timeouts {
@@ -54,6 +57,7 @@ impl Default for Timeouts {
         Self {
             registration_ms: 15 * 60 * 1000,
             formation_ms: 30 * 60 * 1000,
+            attach_ms: 10 * 60 * 1000,
         }
     }
 }
@@ -68,6 +72,9 @@ pub struct Open {
     pub node_group: String,
     /// The gang, when the scale-up was for one.
     pub gang: Option<GangId>,
+    /// Nodes the scale-up added (`appliedDelta`); 0 when unknown (reopened from a phase
+    /// record whose decision was rotated away).
+    pub nodes: u32,
     /// The latest phase recorded.
     pub phase: Phase,
     /// When it was requested, unix milliseconds.
@@ -204,6 +211,7 @@ impl Tracker {
                         scale_up_id: id.clone(),
                         node_group: d.node_group.clone(),
                         gang,
+                        nodes: d.applied_delta,
                         phase: Phase::Requested,
                         requested_at_ms: record.ts_ms,
                         formed_at_ms: None,
@@ -219,6 +227,7 @@ impl Tracker {
                     scale_up_id: p.scale_up_id.clone(),
                     node_group: p.node_group.clone(),
                     gang: p.gang.clone(),
+                    nodes: 0,
                     phase: Phase::Requested,
                     requested_at_ms: p
                         .at_ms
@@ -238,8 +247,9 @@ impl Tracker {
     /// [`PhaseEvent`] and one [`OutcomeEvent`], in that order. Pure.
     ///
     /// Without an observed outcome, the lifecycle ends with `registrationTimeout` before
-    /// `nodesRegistered`, `formationTimeout` before `gangFormed` (gangs only), and `succeeded`
-    /// at `nodesReady` when it has no gang.
+    /// `nodesRegistered`, `formationTimeout` before `gangFormed` (gangs only), `attachFailed`
+    /// when the volumes are not attached [`Timeouts::attach_ms`] after formation, and
+    /// `succeeded` at `nodesReady` when it has no gang.
     pub fn step(&self, open: &Open, obs: &Observation, now_ms: i64) -> Vec<Record> {
         let mut out = Vec::new();
         let mut state = open.clone();
@@ -278,6 +288,19 @@ impl Tracker {
                     format!(
                         "gang not formed {elapsed} ms after the request (limit {} ms)",
                         t.formation_ms
+                    ),
+                ))
+            } else if let Some(formed) = state
+                .formed_at_ms
+                .filter(|_| state.phase < Phase::VolumesAttached)
+                && elapsed_ms(formed, now_ms) > t.attach_ms
+            {
+                Some((
+                    Outcome::AttachFailed,
+                    format!(
+                        "volumes not attached {} ms after the gang formed (limit {} ms)",
+                        elapsed_ms(formed, now_ms),
+                        t.attach_ms
                     ),
                 ))
             } else if state.gang.is_none() && state.phase >= Phase::NodesReady {
@@ -319,6 +342,36 @@ impl Tracker {
             .filter_map(|open| observe(open).map(|obs| self.step(open, &obs, now_ms)))
             .flatten()
             .collect()
+    }
+}
+
+/// A record [`Recorder::reconcile`] appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// The record.
+    pub record: Record,
+    /// Its lifecycle just before the record was applied.
+    pub before: Option<Open>,
+}
+
+impl Appended {
+    /// The record is the first to show its gang formed (a phase at or past `gangFormed` of a
+    /// lifecycle with a gang that had not formed): the moment formation time is measured.
+    pub fn first_formed(&self) -> Option<&PhaseEvent> {
+        let Event::Phase(p) = &self.record.event else {
+            return None;
+        };
+        let before = self.before.as_ref()?;
+        (p.gang.is_some() && p.phase >= Phase::GangFormed && before.formed_at_ms.is_none())
+            .then_some(p)
+    }
+}
+
+fn record_key(record: &Record) -> Option<Key> {
+    match &record.event {
+        Event::Decision(_) => None,
+        Event::Phase(p) => Some((p.scale_up_id.clone(), p.gang.clone())),
+        Event::Outcome(o) => Some((o.scale_up_id.clone(), o.gang.clone())),
     }
 }
 
@@ -441,32 +494,38 @@ impl Recorder {
     }
 
     /// Brings every open lifecycle up to date with what `observe` says the cluster shows at
-    /// `now_ms` (see [`Tracker::plan`]); returns how many records were appended.
+    /// `now_ms` (see [`Tracker::plan`]); returns the records appended, each with the
+    /// lifecycle as it was before them (for metrics and events that fire on a transition).
     ///
     /// # Errors
-    /// The first [`AuditLog::append`] error; records before it are kept and applied, the rest
-    /// are computed again by the next call.
+    /// The first [`AuditLog::append`] error, with the records appended before it (kept and
+    /// applied); the rest are computed again by the next call.
     pub fn reconcile(
         &self,
         now_ms: i64,
         observe: impl FnMut(&Open) -> Option<Observation>,
-    ) -> Result<usize> {
+    ) -> std::result::Result<Vec<Appended>, (super::Error, Vec<Appended>)> {
         let mut tracker = self.tracker();
         let records = tracker.plan(now_ms, observe);
-        for record in &records {
-            self.log.append(record)?;
-            tracker.apply(record);
+        let mut done = Vec::with_capacity(records.len());
+        for record in records {
+            let before = record_key(&record).and_then(|k| tracker.open.get(&k).cloned());
+            if let Err(e) = self.log.append(&record) {
+                return Err((e, done));
+            }
+            tracker.apply(&record);
+            done.push(Appended { record, before });
         }
-        Ok(records.len())
+        Ok(done)
     }
 }
 
+/// Records for tests of the tracker and the observer.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::audit::record::{GangSummary, Verdict};
+pub(crate) mod test_support {
+    use crate::audit::record::{DecisionEvent, GangId, GangSummary, Verdict};
 
-    fn gang(name: &str) -> GangId {
+    pub(crate) fn gang(name: &str) -> GangId {
         GangId {
             namespace: "ml".into(),
             name: name.into(),
@@ -475,7 +534,7 @@ mod tests {
         }
     }
 
-    fn decision(id: Option<&str>, verdict: Verdict, gangs: &[&str]) -> DecisionEvent {
+    pub(crate) fn decision(id: Option<&str>, verdict: Verdict, gangs: &[&str]) -> DecisionEvent {
         DecisionEvent {
             scale_up_id: id.map(str::to_owned),
             node_group: "h100".into(),
@@ -508,11 +567,20 @@ mod tests {
             reason: "test".into(),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::record::Verdict;
+
+    use super::test_support::{decision, gang};
 
     fn short() -> Timeouts {
         Timeouts {
             registration_ms: 100,
             formation_ms: 1_000,
+            attach_ms: 500,
         }
     }
 

@@ -417,6 +417,44 @@ fn volumes(
     counts
 }
 
+/// The claims of `pod` whose CSI driver needs attaching (`attachRequired` not false), each
+/// with the PersistentVolume it is bound to, if it is bound yet; a claim used twice is listed
+/// once. Inline in-tree disks are left out: their VolumeAttachments name a PV that migration
+/// generates, which no object here carries.
+pub(super) fn attachable_claims(
+    pod: &CompactPod,
+    objects: &ObjectSet,
+) -> Vec<(String, Option<String>)> {
+    let namespace = pod.namespace();
+    let mut out: Vec<(String, Option<String>)> = Vec::new();
+    for volume in &pod.demand.volumes {
+        let (claim, template_class) = match volume {
+            VolumeRef::Claim(claim) => (claim, None),
+            VolumeRef::Ephemeral {
+                claim,
+                template_class,
+            } => (claim, template_class.as_ref().map(|c| c.as_deref())),
+            VolumeRef::InTree { .. } => continue,
+        };
+        if out.iter().any(|(c, _)| c.as_str() == &**claim) {
+            continue;
+        }
+        let Some(driver) = claim_driver(objects, namespace, claim, template_class) else {
+            continue;
+        };
+        if !attach_required(objects, &driver) {
+            continue;
+        }
+        let pv = objects
+            .pvc(namespace, claim)
+            .and_then(|pvc| pvc.spec.as_ref())
+            .and_then(|s| s.volume_name.clone())
+            .filter(|n| !n.is_empty());
+        out.push((claim.to_string(), pv));
+    }
+    out
+}
+
 /// The CSI driver behind claim `namespace/claim`: the bound PV's driver, else the provisioner
 /// of its StorageClass. `template_class` stands in for a claim that does not exist yet
 /// (`Some(None)`: a template without a class, which gets the default class).

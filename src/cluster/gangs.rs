@@ -285,20 +285,7 @@ fn build_gang(
     now_unix: i64,
 ) -> Gang {
     members.sort_by(|a, b| a.0.name().cmp(b.0.name()));
-    let (namespace, name) = match &def.key {
-        GroupKey::PodGroup { namespace, name } => (namespace.clone(), name.clone()),
-        GroupKey::WorkloadPodGroup {
-            namespace,
-            workload,
-            pod_group,
-        } => {
-            let mut name = format!("{workload}/{pod_group}");
-            if let Some(replica) = replica {
-                name = format!("{name}/{replica}");
-            }
-            (namespace.clone(), name)
-        }
-    };
+    let (namespace, name) = gang_name(&def.key, replica);
     // Without a group priority (the field is feature-gated), the pods' resolved priority is
     // what the scheduler orders by.
     let priority = def
@@ -351,9 +338,27 @@ fn trust_scheduled(condition: ScheduledCondition, bound: usize, min_count: u32, 
     condition.status && (whole || fresh)
 }
 
+/// Namespace and [`GangRef::name`] of the gang instance `replica` of group `key`.
+pub(super) fn gang_name(key: &GroupKey, replica: Option<&str>) -> (String, String) {
+    match key {
+        GroupKey::PodGroup { namespace, name } => (namespace.clone(), name.clone()),
+        GroupKey::WorkloadPodGroup {
+            namespace,
+            workload,
+            pod_group,
+        } => {
+            let mut name = format!("{workload}/{pod_group}");
+            if let Some(replica) = replica {
+                name = format!("{name}/{replica}");
+            }
+            (namespace.clone(), name)
+        }
+    }
+}
+
 /// The group a pod names and its replica key: `spec.schedulingGroup.podGroupName` (1.36+),
 /// else `spec.workloadRef` (1.35).
-fn link(pod: &CompactPod) -> Option<(GroupKey, Option<String>)> {
+pub(super) fn link(pod: &CompactPod) -> Option<(GroupKey, Option<String>)> {
     let namespace = pod.namespace().to_owned();
     match pod.link()? {
         PodLink::PodGroup(name) => Some((

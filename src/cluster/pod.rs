@@ -74,6 +74,8 @@ pub struct CompactPod {
     key: PodKey,
     node_name: Option<Box<str>>,
     terminal: bool,
+    running: bool,
+    disrupted: bool,
     deleting: bool,
     gated: bool,
     created_unix: Option<i64>,
@@ -87,12 +89,11 @@ pub struct CompactPod {
 impl CompactPod {
     /// Compacts a typed pod (the v1.36 type has no 1.35 `spec.workloadRef`).
     pub fn from_pod(pod: &Pod) -> Self {
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        Self::build(&pod.metadata, pod.spec.as_ref(), phase, None)
+        Self::build(&pod.metadata, pod.spec.as_ref(), Status::of(pod), None)
     }
 
     /// Compacts a pod watched as a `DynamicObject`, keeping its 1.35 `spec.workloadRef`.
-    /// Only `metadata`, `spec` and `status.phase` are read.
+    /// Only `metadata`, `spec`, `status.phase` and the `DisruptionTarget` condition are read.
     ///
     /// # Errors
     /// [`Error::Decode`] when `spec` or `spec.workloadRef` does not match its schema.
@@ -109,27 +110,44 @@ impl CompactPod {
         let spec = spec_value
             .map(|v| decode_ref::<PodSpec>(v, &name, "spec"))
             .transpose()?;
-        let phase = object.data.pointer("/status/phase").and_then(Value::as_str);
+        let status = Status {
+            phase: object.data.pointer("/status/phase").and_then(Value::as_str),
+            disrupted: object
+                .data
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|conditions| {
+                    conditions.iter().any(|c| {
+                        c.get("type").and_then(Value::as_str) == Some(DISRUPTION_TARGET)
+                            && c.get("status").and_then(Value::as_str) == Some("True")
+                    })
+                }),
+        };
         Ok(Self::build(
             &object.metadata,
             spec.as_ref(),
-            phase,
+            status,
             workload_ref.as_ref(),
         ))
     }
 
     /// A typed pod with the 1.35 link read beside it.
     pub(crate) fn from_pod_and_ref(pod: &Pod, workload_ref: Option<&WorkloadRef>) -> Self {
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        Self::build(&pod.metadata, pod.spec.as_ref(), phase, workload_ref)
+        Self::build(
+            &pod.metadata,
+            pod.spec.as_ref(),
+            Status::of(pod),
+            workload_ref,
+        )
     }
 
     fn build(
         meta: &ObjectMeta,
         spec: Option<&PodSpec>,
-        phase: Option<&str>,
+        status: Status<'_>,
         workload_ref: Option<&WorkloadRef>,
     ) -> Self {
+        let phase = status.phase;
         let key = PodKey::of(meta);
         let (demand, issues) = match spec {
             Some(spec) => raw_demand(spec, &key.name),
@@ -156,6 +174,8 @@ impl CompactPod {
                 .filter(|n| !n.is_empty())
                 .map(Into::into),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            running: phase == Some("Running"),
+            disrupted: status.disrupted,
             deleting: meta.deletion_timestamp.is_some(),
             gated: spec
                 .and_then(|s| s.scheduling_gates.as_ref())
@@ -194,6 +214,16 @@ impl CompactPod {
         self.terminal
     }
 
+    /// Phase `Running`.
+    pub fn is_running(&self) -> bool {
+        self.running
+    }
+
+    /// The `DisruptionTarget` condition is True: the pod is being evicted or preempted.
+    pub fn is_disrupted(&self) -> bool {
+        self.disrupted
+    }
+
     /// `metadata.deletionTimestamp` is set.
     pub fn is_deleting(&self) -> bool {
         self.deleting
@@ -229,6 +259,32 @@ impl CompactPod {
     /// [`demand`](super::demand)).
     pub fn demand(&self, objects: &ObjectSet) -> PodDemand {
         resolve(self, objects).0
+    }
+}
+
+/// The pod condition the scheduler and the eviction API set on a pod they are about to remove.
+const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
+/// The parts of `status` a compact pod keeps.
+#[derive(Debug, Clone, Copy, Default)]
+struct Status<'a> {
+    phase: Option<&'a str>,
+    disrupted: bool,
+}
+
+impl<'a> Status<'a> {
+    fn of(pod: &'a Pod) -> Self {
+        let status = pod.status.as_ref();
+        Self {
+            phase: status.and_then(|s| s.phase.as_deref()),
+            disrupted: status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|conditions| {
+                    conditions
+                        .iter()
+                        .any(|c| c.type_ == DISRUPTION_TARGET && c.status == "True")
+                }),
+        }
     }
 }
 

@@ -9,7 +9,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::walk::{Errors, Obj};
-use super::{KubernetesSettings, ProviderSettings, ServerSettings, TlsFiles, Transport};
+use super::{
+    KubernetesSettings, LifecycleSettings, ProviderSettings, ServerSettings, TlsFiles, Transport,
+};
 use crate::model::{
     AttachSimulation, AutoscalingOptionOverrides, BackendSpec, Capacity, ErrorCode, GpuSpec,
     KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec, RdmaSpec, SimulatedFailure,
@@ -32,6 +34,18 @@ pub struct GroupDefaults {
 const DEFAULT_ADDRESS: &str = "127.0.0.1:8086";
 /// Default metrics address.
 const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9464";
+/// Bounds of `lifecycle.interval`, and how an error names them.
+const LIFECYCLE_INTERVAL: (Duration, Duration, &str) = (
+    Duration::from_millis(100),
+    Duration::from_secs(10 * 60),
+    "from 100ms to 10m",
+);
+/// Bounds of every `lifecycle.*Timeout` (above zero), and how an error names them.
+const LIFECYCLE_TIMEOUT: (Duration, Duration, &str) = (
+    Duration::ZERO,
+    Duration::from_secs(24 * 60 * 60),
+    "above 0 and at most 24h",
+);
 
 /// Validates the provider document. `dir` is the directory relative paths resolve against.
 ///
@@ -134,6 +148,11 @@ pub fn provider(
             stdout,
         })
     });
+    let lifecycle = lifecycle_settings(
+        root.obj_or_empty("lifecycle", errs),
+        doc.get("lifecycle"),
+        errs,
+    );
     root.finish(errs);
     let settings = server.map(|server| ProviderSettings {
         server,
@@ -143,8 +162,59 @@ pub fn provider(
         kubernetes,
         admission_policy,
         audit,
+        lifecycle,
     });
     (settings, defaults)
+}
+
+/// The `lifecycle` section; `written` is the section as written, for the values in errors.
+/// Absent keys, and keys with an invalid value (reported), take the defaults.
+fn lifecycle_settings(
+    mut l: Obj<'_>,
+    written: Option<&Value>,
+    errs: &mut Errors,
+) -> LifecycleSettings {
+    let defaults = LifecycleSettings::default();
+    let mut bounded = |key: &'static str,
+                       default: Duration,
+                       (min, max, bounds): (Duration, Duration, &str),
+                       errs: &mut Errors| {
+        let Some(d) = l.duration(key, errs) else {
+            return default;
+        };
+        if d.is_zero() || d < min || d > max {
+            errs.push(
+                &l.path(key),
+                written.and_then(|w| w.get(key)),
+                format!("must be a duration {bounds}"),
+            );
+            return default;
+        }
+        d
+    };
+    let settings = LifecycleSettings {
+        interval: bounded("interval", defaults.interval, LIFECYCLE_INTERVAL, errs),
+        registration_timeout: bounded(
+            "registrationTimeout",
+            defaults.registration_timeout,
+            LIFECYCLE_TIMEOUT,
+            errs,
+        ),
+        formation_timeout: bounded(
+            "formationTimeout",
+            defaults.formation_timeout,
+            LIFECYCLE_TIMEOUT,
+            errs,
+        ),
+        attach_timeout: bounded(
+            "attachTimeout",
+            defaults.attach_timeout,
+            LIFECYCLE_TIMEOUT,
+            errs,
+        ),
+    };
+    l.finish(errs);
+    settings
 }
 
 fn admission_policy(mut a: Obj<'_>, errs: &mut Errors) -> crate::planner::Policy {

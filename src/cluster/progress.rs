@@ -1,0 +1,117 @@
+//! [`progress`]: how far each gang of a [`GangView`] has come, read from the same snapshot
+//! plus the VolumeAttachments, and [`node_progress`]: a Node as the lifecycle tracker sees it.
+//! Pure: the objects come in, [`GangProgress`] comes out.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+
+use super::demand::attachable_claims;
+use super::gangs::{GangView, gang_name, link};
+use super::objects::ObjectSet;
+use crate::model::{GangProgress, GangRef, NodeProgress};
+
+/// The progress of every gang in `view`, keyed by its [`GangRef`]. `objects` must be the
+/// snapshot `view` was built from; `attachments` are the cluster's VolumeAttachments.
+///
+/// A volume counts as attached when a VolumeAttachment for its PersistentVolume on the
+/// member's node has `status.attached: true`; one with `status.attachError` is reported in
+/// [`GangProgress::attach_errors`]. Disrupted members are found among all pods naming the
+/// gang, including pods already being deleted (a preempted pod is deleted right after its
+/// `DisruptionTarget` condition is set).
+pub fn progress(
+    objects: &ObjectSet,
+    view: &GangView,
+    attachments: &[impl AsRef<VolumeAttachment>],
+) -> BTreeMap<GangRef, GangProgress> {
+    let by_volume: HashMap<(&str, &str), &VolumeAttachment> = attachments
+        .iter()
+        .map(AsRef::as_ref)
+        .filter_map(|va| {
+            let pv = va.spec.source.persistent_volume_name.as_deref()?;
+            Some(((pv, va.spec.node_name.as_str()), va))
+        })
+        .collect();
+    let disrupted = disrupted_members(objects);
+    let mut out = BTreeMap::new();
+    for gang in &view.gangs {
+        let mut p = GangProgress {
+            min_count: gang.min_count,
+            created_unix: gang.created_unix,
+            bound: gang.bound_count(),
+            ..GangProgress::default()
+        };
+        p.formed = gang.scheduled || p.bound >= gang.min_count;
+        for member in &gang.members {
+            let Some(pod) = objects.pod(&gang.id.namespace, &member.pod) else {
+                continue;
+            };
+            if pod.is_running() {
+                p.running += 1;
+            }
+            let Some(node) = member.node.as_deref() else {
+                continue;
+            };
+            for (claim, pv) in attachable_claims(pod, objects) {
+                p.volumes_needed += 1;
+                let Some(va) = pv.as_deref().and_then(|pv| by_volume.get(&(pv, node))) else {
+                    continue;
+                };
+                let status = va.status.as_ref();
+                if status.is_some_and(|s| s.attached) {
+                    p.volumes_attached += 1;
+                } else if let Some(error) = status.and_then(|s| s.attach_error.as_ref()) {
+                    let message = error.message.as_deref().unwrap_or("attach error");
+                    p.attach_errors
+                        .push(format!("{}/{claim}: {message}", member.pod));
+                }
+            }
+        }
+        p.attach_errors.sort();
+        let key = (gang.id.namespace.as_str(), gang.id.name.clone());
+        p.disrupted = disrupted
+            .get(&key)
+            .map(|pods| pods.iter().cloned().collect())
+            .unwrap_or_default();
+        out.insert(gang.id.clone(), p);
+    }
+    out
+}
+
+/// Pods with `DisruptionTarget` True that have not finished, by the (namespace, gang name)
+/// they name.
+fn disrupted_members(objects: &ObjectSet) -> BTreeMap<(&str, String), BTreeSet<String>> {
+    let mut out: BTreeMap<(&str, String), BTreeSet<String>> = BTreeMap::new();
+    // A finished pod (e.g. evicted by the kubelet, phase Failed) stays until something deletes
+    // it; it says nothing about a later scale-up of its gang.
+    for pod in objects
+        .pods()
+        .filter(|p| p.is_disrupted() && !p.is_terminal())
+    {
+        if let Some((key, replica)) = link(pod) {
+            let (_, name) = gang_name(&key, replica.as_deref());
+            out.entry((pod.namespace(), name))
+                .or_default()
+                .insert(pod.name().to_owned());
+        }
+    }
+    out
+}
+
+/// A Node as the lifecycle tracker sees it: name, registration time and readiness. A node
+/// without a name or creation time (never so on a real API server) is left out.
+pub fn node_progress(node: &Node) -> Option<NodeProgress> {
+    let name = node.metadata.name.clone()?;
+    let created_unix = node.metadata.creation_timestamp.as_ref()?.0.as_second();
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    Some(NodeProgress {
+        name,
+        created_unix,
+        ready,
+    })
+}

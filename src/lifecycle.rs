@@ -1,0 +1,230 @@
+//! The lifecycle loop: every `lifecycle.interval`, compare each open scale-up with the cluster
+//! and record how far it has come. I/O lives here (the cluster view's stores, the backends'
+//! instance lists, the audit log, events); the decisions are the pure
+//! [`audit::observe`](crate::audit::observe) and [`Tracker`](crate::audit::Tracker).
+//!
+//! Each tick:
+//! 1. sets the pending-gang gauge and adds pending gang-seconds since the last tick;
+//! 2. gathers [`Facts`] for the node groups with open scale-ups: the backend's instances, the
+//!    nodes registered for them, and every gang's progress (bound, formed, volumes attached,
+//!    running, disrupted);
+//! 3. appends the phase and outcome records that bring the log up to date
+//!    ([`Recorder::reconcile`]), then updates the metrics and publishes the events each one
+//!    implies. A record that could not be appended is computed again at the next tick, so
+//!    metrics and events follow the log: once per record, never for a record not written.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::audit::{Appended, Event, Facts, GroupFacts, Outcome, Recorder};
+use crate::cluster::{self, ClusterView};
+use crate::engine::{self, Engine};
+use crate::events::EventPublisher;
+use crate::metrics::{GroupLabels, Metrics, ScaleUpOutcomeLabels};
+use crate::model::InstanceState;
+
+/// Drives open scale-ups to their outcomes (see the module docs).
+#[derive(Debug)]
+pub struct Lifecycle {
+    recorder: Arc<Recorder>,
+    view: Arc<ClusterView>,
+    engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
+    events: Option<EventPublisher>,
+    interval: Duration,
+}
+
+impl Lifecycle {
+    /// A loop over `recorder`'s open scale-ups, observing `view` and `engine`'s backends.
+    pub fn new(
+        recorder: Arc<Recorder>,
+        view: Arc<ClusterView>,
+        engine: Arc<Engine>,
+        metrics: Arc<Metrics>,
+        events: Option<EventPublisher>,
+        interval: Duration,
+    ) -> Self {
+        Self {
+            recorder,
+            view,
+            engine,
+            metrics,
+            events,
+            interval,
+        }
+    }
+
+    /// Runs until `shutdown` is cancelled.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_ms = None;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            if !self.view.is_ready() {
+                continue;
+            }
+            let now_ms = engine::now_ms();
+            self.tick(now_ms, last_ms).await;
+            last_ms = Some(now_ms);
+        }
+    }
+
+    async fn tick(&self, now_ms: i64, last_ms: Option<i64>) {
+        let snapshot = self.view.snapshot();
+        let view = cluster::gangs(&snapshot, now_ms.div_euclid(1000));
+        let pending = view.gangs.iter().filter(|g| g.is_pending()).count();
+        self.metrics
+            .gangs_pending
+            .set(i64::try_from(pending).unwrap_or(i64::MAX));
+        if let Some(last) = last_ms {
+            let secs = (now_ms - last).max(0) as f64 / 1000.0;
+            self.metrics
+                .gangs_pending_seconds
+                .inc_by(pending as f64 * secs);
+        }
+        let open = self.recorder.open_scale_ups();
+        if open.is_empty() {
+            self.metrics.scale_ups_open.set(0);
+            return;
+        }
+        let mut facts = Facts {
+            groups: BTreeMap::new(),
+            gangs: cluster::progress(&snapshot, &view, &self.view.volume_attachments())
+                .into_iter()
+                .map(|(g, p)| ((g.namespace, g.name), p))
+                .collect(),
+        };
+        let groups: BTreeSet<&str> = open.iter().map(|o| o.node_group.as_str()).collect();
+        let nodes: HashMap<String, crate::model::NodeProgress> = self
+            .view
+            .nodes()
+            .iter()
+            .filter_map(|n| cluster::node_progress(n))
+            .map(|n| (n.name.clone(), n))
+            .collect();
+        for group in groups {
+            match self.engine.nodes(group).await {
+                Ok(instances) => {
+                    let mut g = GroupFacts::default();
+                    for i in instances {
+                        if let Some(e) = &i.error {
+                            g.failed
+                                .push(format!("{}: {}: {}", i.node_name, e.code, e.message));
+                        } else if let Some(node) = nodes.get(&i.node_name) {
+                            g.nodes.push(node.clone());
+                        } else if i.state != InstanceState::Deleting {
+                            g.pending += 1;
+                        }
+                    }
+                    facts.groups.insert(group.to_owned(), g);
+                }
+                Err(e) => {
+                    warn!(node_group.id = group, error = %e, "reading instances for open scale-ups failed; will retry");
+                }
+            }
+        }
+        let observed = crate::audit::observe(&open, &facts);
+        let appended = match self
+            .recorder
+            .reconcile(now_ms, |o| observed.get(&o.key()).cloned())
+        {
+            Ok(appended) => appended,
+            Err((e, appended)) => {
+                error!(error = %e, "writing the audit log failed; the lifecycle records will be computed again");
+                self.metrics.audit_write_failures.inc();
+                appended
+            }
+        };
+        for a in &appended {
+            self.account(a);
+        }
+        self.metrics
+            .scale_ups_open
+            .set(i64::try_from(self.recorder.open_scale_ups().len()).unwrap_or(i64::MAX));
+    }
+
+    /// Metrics, log line and events for one appended record.
+    fn account(&self, a: &Appended) {
+        let m = &self.metrics;
+        match &a.record.event {
+            Event::Phase(p) => {
+                let labels = GroupLabels {
+                    node_group: p.node_group.clone(),
+                };
+                if a.first_formed().is_some() {
+                    m.formation_seconds
+                        .get_or_create(&labels)
+                        .observe(p.elapsed_ms as f64 / 1000.0);
+                }
+                info!(
+                    scale_up.id = %p.scale_up_id,
+                    node_group.id = %p.node_group,
+                    gang = ?p.gang.as_ref().map(ToString::to_string),
+                    phase = p.phase.as_str(),
+                    elapsed_ms = p.elapsed_ms,
+                    detail = ?p.detail,
+                    "scale-up phase"
+                );
+            }
+            Event::Outcome(o) => {
+                let labels = GroupLabels {
+                    node_group: o.node_group.clone(),
+                };
+                m.scale_up_outcomes
+                    .get_or_create(&ScaleUpOutcomeLabels {
+                        node_group: o.node_group.clone(),
+                        outcome: o.outcome.as_str(),
+                    })
+                    .inc();
+                let attach_failures = if o.outcome == Outcome::AttachFailed {
+                    o.attach_failures.max(1)
+                } else {
+                    o.attach_failures
+                };
+                if attach_failures > 0 {
+                    m.attach_failures
+                        .get_or_create(&labels)
+                        .inc_by(u64::from(attach_failures));
+                }
+                match o.outcome {
+                    Outcome::Succeeded => {
+                        m.success_seconds
+                            .get_or_create(&labels)
+                            .observe(o.duration_ms as f64 / 1000.0);
+                        if let Some(since) = o.pending_since_ms {
+                            let delay = (a.record.ts_ms - since).max(0) as f64 / 1000.0;
+                            m.job_start_delay_seconds
+                                .get_or_create(&labels)
+                                .observe(delay);
+                        }
+                    }
+                    Outcome::Preempted => {
+                        m.preemptions.get_or_create(&labels).inc();
+                    }
+                    _ => {}
+                }
+                info!(
+                    scale_up.id = %o.scale_up_id,
+                    node_group.id = %o.node_group,
+                    gang = ?o.gang.as_ref().map(ToString::to_string),
+                    outcome = o.outcome.as_str(),
+                    duration_ms = o.duration_ms,
+                    reason = %o.reason,
+                    "scale-up ended"
+                );
+            }
+            Event::Decision(_) => debug!("decision records are not appended by the loop"),
+        }
+        if let Some(events) = &self.events {
+            events.lifecycle(a);
+        }
+    }
+}
