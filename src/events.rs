@@ -232,4 +232,103 @@ mod tests {
         assert_eq!(r.kind.as_deref(), Some("Workload"));
         assert_eq!(r.namespace.as_deref(), Some("ml"));
     }
+
+    fn appended(event: AuditEvent, formed_before: Option<i64>) -> Appended {
+        use crate::audit::{Open, Record};
+        let gang = match &event {
+            AuditEvent::Phase(p) => p.gang.clone(),
+            AuditEvent::Outcome(o) => o.gang.clone(),
+            AuditEvent::Decision(_) => None,
+        };
+        Appended {
+            record: Record::new(10_000, event),
+            before: Some(Open {
+                scale_up_id: "su-1".into(),
+                node_group: "h100".into(),
+                gang,
+                nodes: 2,
+                phase: Phase::NodesReady,
+                requested_at_ms: 0,
+                formed_at_ms: formed_before,
+                attached_at_ms: None,
+            }),
+        }
+    }
+
+    fn phase(phase: Phase, gang: bool) -> AuditEvent {
+        AuditEvent::Phase(crate::audit::PhaseEvent {
+            scale_up_id: "su-1".into(),
+            node_group: "h100".into(),
+            gang: gang.then(|| GangId {
+                namespace: "ml".into(),
+                name: "train".into(),
+                api_version: "scheduling.k8s.io/v1alpha2".into(),
+                kind: "PodGroup".into(),
+            }),
+            phase,
+            at_ms: 10_000,
+            elapsed_ms: 10_000,
+            detail: None,
+        })
+    }
+
+    fn reasons(a: &Appended) -> Vec<(&'static str, &'static str)> {
+        EventPublisher::events_for_lifecycle(a)
+            .into_iter()
+            .map(|(_, reason, type_, _)| (reason, type_))
+            .collect()
+    }
+
+    #[test]
+    fn lifecycle_records_give_formed_attached_and_outcome_events_once() {
+        // Formed and attached seen together: both events, once.
+        let both = appended(phase(Phase::VolumesAttached, true), None);
+        assert_eq!(
+            reasons(&both),
+            [
+                (REASON_FORMED, "Normal"),
+                (REASON_VOLUMES_ATTACHED, "Normal")
+            ]
+        );
+        // Attached after an earlier formed record: no second formed event.
+        let later = appended(phase(Phase::VolumesAttached, true), Some(5_000));
+        assert_eq!(reasons(&later), [(REASON_VOLUMES_ATTACHED, "Normal")]);
+        let (_, _, _, note) = EventPublisher::events_for_lifecycle(&later).remove(0);
+        assert!(note.contains("10.0 s after the request"), "{note}");
+        // Node phases and scale-ups without a gang publish nothing.
+        assert!(reasons(&appended(phase(Phase::NodesReady, true), None)).is_empty());
+        assert!(reasons(&appended(phase(Phase::VolumesAttached, false), None)).is_empty());
+    }
+
+    #[test]
+    fn outcomes_give_a_succeeded_or_a_failed_event() {
+        let outcome = |outcome: Outcome| {
+            let AuditEvent::Phase(p) = phase(Phase::VolumesAttached, true) else {
+                unreachable!()
+            };
+            AuditEvent::Outcome(crate::audit::OutcomeEvent {
+                scale_up_id: p.scale_up_id,
+                node_group: p.node_group,
+                gang: p.gang,
+                outcome,
+                requested_at_ms: 0,
+                formed_at_ms: Some(4_000),
+                attached_at_ms: None,
+                pending_since_ms: None,
+                attach_failures: 1,
+                duration_ms: 10_000,
+                reason: "attach error: w-1/ckpt: boom".into(),
+            })
+        };
+        let ok = appended(outcome(Outcome::Succeeded), Some(4_000));
+        assert_eq!(reasons(&ok), [(REASON_SUCCEEDED, "Normal")]);
+        let failed = appended(outcome(Outcome::AttachFailed), Some(4_000));
+        assert_eq!(reasons(&failed), [(REASON_FAILED, "Warning")]);
+        let (gang, _, _, note) = EventPublisher::events_for_lifecycle(&failed).remove(0);
+        assert_eq!(regarding(&gang).name.as_deref(), Some("train"));
+        assert_eq!(
+            note,
+            "scale-up su-1 of node group h100: attachFailed after 10.0 s: attach error: w-1/ckpt: boom"
+        );
+    }
 }

@@ -126,6 +126,11 @@ impl Lifecycle {
                     }
                     facts.groups.insert(group.to_owned(), g);
                 }
+                Err(engine::Error::GroupNotFound(_)) => {
+                    // Removed from the configuration: no nodes will come, but the gang may
+                    // still form elsewhere, and the timeouts must still end the lifecycle.
+                    facts.groups.insert(group.to_owned(), GroupFacts::default());
+                }
                 Err(e) => {
                     warn!(node_group.id = group, error = %e, "reading instances for open scale-ups failed; will retry");
                 }
@@ -153,78 +158,218 @@ impl Lifecycle {
 
     /// Metrics, log line and events for one appended record.
     fn account(&self, a: &Appended) {
-        let m = &self.metrics;
-        match &a.record.event {
-            Event::Phase(p) => {
-                let labels = GroupLabels {
-                    node_group: p.node_group.clone(),
-                };
-                if a.first_formed().is_some() {
-                    m.formation_seconds
-                        .get_or_create(&labels)
-                        .observe(p.elapsed_ms as f64 / 1000.0);
-                }
-                info!(
-                    scale_up.id = %p.scale_up_id,
-                    node_group.id = %p.node_group,
-                    gang = ?p.gang.as_ref().map(ToString::to_string),
-                    phase = p.phase.as_str(),
-                    elapsed_ms = p.elapsed_ms,
-                    detail = ?p.detail,
-                    "scale-up phase"
-                );
-            }
-            Event::Outcome(o) => {
-                let labels = GroupLabels {
-                    node_group: o.node_group.clone(),
-                };
-                m.scale_up_outcomes
-                    .get_or_create(&ScaleUpOutcomeLabels {
-                        node_group: o.node_group.clone(),
-                        outcome: o.outcome.as_str(),
-                    })
-                    .inc();
-                let attach_failures = if o.outcome == Outcome::AttachFailed {
-                    o.attach_failures.max(1)
-                } else {
-                    o.attach_failures
-                };
-                if attach_failures > 0 {
-                    m.attach_failures
-                        .get_or_create(&labels)
-                        .inc_by(u64::from(attach_failures));
-                }
-                match o.outcome {
-                    Outcome::Succeeded => {
-                        m.success_seconds
-                            .get_or_create(&labels)
-                            .observe(o.duration_ms as f64 / 1000.0);
-                        if let Some(since) = o.pending_since_ms {
-                            let delay = (a.record.ts_ms - since).max(0) as f64 / 1000.0;
-                            m.job_start_delay_seconds
-                                .get_or_create(&labels)
-                                .observe(delay);
-                        }
-                    }
-                    Outcome::Preempted => {
-                        m.preemptions.get_or_create(&labels).inc();
-                    }
-                    _ => {}
-                }
-                info!(
-                    scale_up.id = %o.scale_up_id,
-                    node_group.id = %o.node_group,
-                    gang = ?o.gang.as_ref().map(ToString::to_string),
-                    outcome = o.outcome.as_str(),
-                    duration_ms = o.duration_ms,
-                    reason = %o.reason,
-                    "scale-up ended"
-                );
-            }
-            Event::Decision(_) => debug!("decision records are not appended by the loop"),
-        }
+        count(&self.metrics, a);
         if let Some(events) = &self.events {
             events.lifecycle(a);
         }
+    }
+}
+
+/// Updates the scale-up metrics for one appended record and logs it.
+fn count(m: &Metrics, a: &Appended) {
+    match &a.record.event {
+        Event::Phase(p) => {
+            let labels = GroupLabels {
+                node_group: p.node_group.clone(),
+            };
+            if a.first_formed().is_some() {
+                m.formation_seconds
+                    .get_or_create(&labels)
+                    .observe(p.elapsed_ms as f64 / 1000.0);
+            }
+            info!(
+                scale_up.id = %p.scale_up_id,
+                node_group.id = %p.node_group,
+                gang = ?p.gang.as_ref().map(ToString::to_string),
+                phase = p.phase.as_str(),
+                elapsed_ms = p.elapsed_ms,
+                detail = ?p.detail,
+                "scale-up phase"
+            );
+        }
+        Event::Outcome(o) => {
+            let labels = GroupLabels {
+                node_group: o.node_group.clone(),
+            };
+            m.scale_up_outcomes
+                .get_or_create(&ScaleUpOutcomeLabels {
+                    node_group: o.node_group.clone(),
+                    outcome: o.outcome.as_str(),
+                })
+                .inc();
+            let attach_failures = if o.outcome == Outcome::AttachFailed {
+                o.attach_failures.max(1)
+            } else {
+                o.attach_failures
+            };
+            if attach_failures > 0 {
+                m.attach_failures
+                    .get_or_create(&labels)
+                    .inc_by(u64::from(attach_failures));
+            }
+            match o.outcome {
+                Outcome::Succeeded => {
+                    m.success_seconds
+                        .get_or_create(&labels)
+                        .observe(o.duration_ms as f64 / 1000.0);
+                    if let Some(since) = o.pending_since_ms {
+                        let delay = (a.record.ts_ms - since).max(0) as f64 / 1000.0;
+                        m.job_start_delay_seconds
+                            .get_or_create(&labels)
+                            .observe(delay);
+                    }
+                }
+                Outcome::Preempted => {
+                    m.preemptions.get_or_create(&labels).inc();
+                }
+                _ => {}
+            }
+            info!(
+                scale_up.id = %o.scale_up_id,
+                node_group.id = %o.node_group,
+                gang = ?o.gang.as_ref().map(ToString::to_string),
+                outcome = o.outcome.as_str(),
+                duration_ms = o.duration_ms,
+                reason = %o.reason,
+                "scale-up ended"
+            );
+        }
+        Event::Decision(_) => debug!("decision records are not appended by the loop"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{GangId, Open, OutcomeEvent, Phase, PhaseEvent, Record};
+
+    fn gang() -> Option<GangId> {
+        Some(GangId {
+            namespace: "ml".into(),
+            name: "train".into(),
+            api_version: "scheduling.k8s.io/v1alpha2".into(),
+            kind: "PodGroup".into(),
+        })
+    }
+
+    fn before(formed_at_ms: Option<i64>) -> Option<Open> {
+        Some(Open {
+            scale_up_id: "su-1".into(),
+            node_group: "gpu".into(),
+            gang: gang(),
+            nodes: 2,
+            phase: Phase::NodesReady,
+            requested_at_ms: 0,
+            formed_at_ms,
+            attached_at_ms: None,
+        })
+    }
+
+    fn formed(at_ms: i64, formed_before: Option<i64>) -> Appended {
+        Appended {
+            record: Record::new(
+                at_ms,
+                PhaseEvent {
+                    scale_up_id: "su-1".into(),
+                    node_group: "gpu".into(),
+                    gang: gang(),
+                    phase: Phase::VolumesAttached,
+                    at_ms,
+                    elapsed_ms: u64::try_from(at_ms).unwrap(),
+                    detail: None,
+                },
+            ),
+            before: before(formed_before),
+        }
+    }
+
+    fn ended(outcome: Outcome, attach_failures: u32) -> Appended {
+        Appended {
+            record: Record::new(
+                90_000,
+                OutcomeEvent {
+                    scale_up_id: "su-1".into(),
+                    node_group: "gpu".into(),
+                    gang: gang(),
+                    outcome,
+                    requested_at_ms: 0,
+                    formed_at_ms: Some(40_000),
+                    attached_at_ms: Some(70_000),
+                    pending_since_ms: Some(-30_000),
+                    attach_failures,
+                    duration_ms: 90_000,
+                    reason: "test".into(),
+                },
+            ),
+            before: before(Some(40_000)),
+        }
+    }
+
+    fn sample(m: &Metrics, series: &str) -> Option<f64> {
+        m.encode().lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+    }
+
+    #[test]
+    fn formation_is_observed_once_per_lifecycle_and_outcomes_fill_their_metrics() {
+        let m = Metrics::new();
+        count(&m, &formed(40_000, None));
+        // A later phase of a lifecycle that had already formed is not a second formation.
+        count(&m, &formed(70_000, Some(40_000)));
+        let g = "{node_group=\"gpu\"}";
+        assert_eq!(
+            sample(
+                &m,
+                &format!("gangscaler_scaleup_formation_seconds_count{g}")
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&m, &format!("gangscaler_scaleup_formation_seconds_sum{g}")),
+            Some(40.0)
+        );
+
+        count(&m, &ended(Outcome::Succeeded, 0));
+        assert_eq!(
+            sample(&m, &format!("gangscaler_scaleup_success_seconds_sum{g}")),
+            Some(90.0)
+        );
+        assert_eq!(
+            sample(
+                &m,
+                &format!("gangscaler_scaleup_job_start_delay_seconds_sum{g}")
+            ),
+            Some(120.0),
+            "from the gang's creation, 30 s before the request, to success"
+        );
+        count(&m, &ended(Outcome::AttachFailed, 0));
+        count(&m, &ended(Outcome::AttachFailed, 3));
+        count(&m, &ended(Outcome::Preempted, 0));
+        assert_eq!(
+            sample(
+                &m,
+                "gangscaler_scaleup_outcomes_total{node_group=\"gpu\",outcome=\"attachFailed\"}"
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&m, &format!("gangscaler_scaleup_attach_failures_total{g}")),
+            Some(4.0),
+            "a timeout counts one failure, three errors three"
+        );
+        assert_eq!(
+            sample(&m, &format!("gangscaler_scaleup_preemptions_total{g}")),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&m, &format!("gangscaler_scaleup_success_seconds_count{g}")),
+            Some(1.0)
+        );
     }
 }
