@@ -101,6 +101,21 @@ pub enum AuditCommand {
         #[arg(long)]
         copy_to_stdout: bool,
     },
+    /// Open SCALE_UPS synthetic scale-ups (two gangs each) in FILE and drive them through a
+    /// synthetic cluster whose state advances one phase every STEP_MS, printing a line per
+    /// record appended; resumes what an earlier (killed) run left (for crash tests).
+    #[command(hide = true)]
+    LifecycleStress {
+        /// The log.
+        #[arg(long)]
+        file: PathBuf,
+        /// Scale-ups to open.
+        #[arg(long)]
+        scale_ups: u32,
+        /// Milliseconds per synthetic phase.
+        #[arg(long, default_value_t = 20)]
+        step_ms: u64,
+    },
 }
 
 /// Subcommands.
@@ -194,6 +209,11 @@ fn run_audit(command: AuditCommand) -> anyhow::Result<()> {
             pad,
             copy_to_stdout,
         } => run_audit_stress(file, count, max_bytes, keep, pad, copy_to_stdout),
+        AuditCommand::LifecycleStress {
+            file,
+            scale_ups,
+            step_ms,
+        } => run_lifecycle_stress(file, scale_ups, step_ms),
     }
 }
 
@@ -325,6 +345,101 @@ fn run_audit_stress(
         writeln!(out, "{seq}")
             .and_then(|()| out.flush())
             .context("writing to stdout")?;
+    }
+    Ok(())
+}
+
+fn run_lifecycle_stress(log: PathBuf, scale_ups: u32, step_ms: u64) -> anyhow::Result<()> {
+    use std::io::Write as _;
+
+    use crate::audit::{
+        self, DecisionEvent, Event, Extent, GangId, GangSummary, Observation, Outcome, Phase,
+        Record, Verdict,
+    };
+    let timeouts = audit::Timeouts {
+        registration_ms: 3_600_000,
+        formation_ms: 3_600_000,
+        attach_ms: 3_600_000,
+    };
+    let (recorder, _) = audit::Recorder::open(&log, audit::Config::new(), timeouts)?;
+    let files = audit::rotated_paths(&log)?;
+    let written: std::collections::BTreeSet<String> = audit::read_files(&files)?
+        .records
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::Decision(d) => d.scale_up_id,
+            _ => None,
+        })
+        .collect();
+    let gang = |k: u32, side: &str| GangId {
+        namespace: "stress".into(),
+        name: format!("g{k}-{side}"),
+        api_version: "scheduling.k8s.io/v1alpha2".into(),
+        kind: "PodGroup".into(),
+    };
+    let mut out = std::io::stdout().lock();
+    let mut ack = |n: usize| -> anyhow::Result<()> {
+        for _ in 0..n {
+            writeln!(out, "ok").context("writing to stdout")?;
+        }
+        out.flush().context("writing to stdout")
+    };
+    for k in 0..scale_ups {
+        let id = format!("life-{k}");
+        if written.contains(&id) {
+            continue;
+        }
+        let summary = |side| GangSummary {
+            gang: gang(k, side),
+            priority: 0,
+            extent: Extent::Whole,
+            nodes: 1,
+            in_flight: 0,
+        };
+        let decision = DecisionEvent {
+            scale_up_id: Some(id),
+            node_group: "stress".into(),
+            policy: "strict".into(),
+            verdict: Verdict::Accept,
+            rule: "gangs_admitted".into(),
+            target: 0,
+            max_size: 1000,
+            headroom: 1000,
+            ca_delta: 2,
+            applied_delta: 2,
+            capped: false,
+            gang_nodes: 2,
+            ungrouped_nodes: 0,
+            gangs: vec![summary("a"), summary("b")],
+            deferred: Vec::new(),
+            deferred_total: 0,
+            covered: 0,
+            unhostable: 0,
+            duration_ms: None,
+            reason: "lifecycle stress".into(),
+        };
+        recorder.record(&Record::new(now_ms(), decision))?;
+        ack(1)?;
+    }
+    let step = i64::try_from(step_ms.max(1)).unwrap_or(i64::MAX);
+    while !recorder.open_scale_ups().is_empty() {
+        let appended = recorder
+            .reconcile(now_ms(), |o| {
+                let stage = (now_ms() - o.requested_at_ms) / step;
+                let phase = Phase::ALL[usize::try_from(stage.clamp(0, 5)).unwrap_or(0)];
+                let obs = Observation::at(phase);
+                let failing = o.gang.as_ref().is_some_and(|g| g.name.ends_with("-b"));
+                Some(match (stage >= 6, failing) {
+                    (false, _) => obs,
+                    (true, false) => obs.with_outcome(Outcome::Succeeded, "synthetic start"),
+                    (true, true) => {
+                        obs.with_outcome(Outcome::AttachFailed, "synthetic attach error")
+                    }
+                })
+            })
+            .map_err(|(e, _)| e)?;
+        ack(appended.len())?;
+        std::thread::sleep(std::time::Duration::from_millis(step_ms / 4 + 1));
     }
     Ok(())
 }

@@ -437,6 +437,99 @@ fn a_writer_sigkilled_while_rotating_loses_nothing_either() {
     }
 }
 
+/// Runs `audit lifecycle-stress` on `path`, killing it with SIGKILL after `acks` appended
+/// records (`None`: lets it finish); returns whether it finished.
+fn lifecycle_stress(path: &Path, scale_ups: u32, acks: Option<usize>) -> bool {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gangscaler"))
+        .args(["audit", "lifecycle-stress", "--file"])
+        .arg(path)
+        .args(["--scale-ups", &scale_ups.to_string(), "--step-ms", "15"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting gangscaler audit lifecycle-stress");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    if let Some(acks) = acks {
+        let mut line = String::new();
+        for _ in 0..acks {
+            line.clear();
+            if out.read_line(&mut line).unwrap() == 0 {
+                break; // finished before the kill point
+            }
+        }
+        let _ = Command::new("kill")
+            .args(["-9", &child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+    child.wait().unwrap().success()
+}
+
+#[test]
+fn lifecycles_killed_mid_write_reach_their_outcome_exactly_once_after_restarts() {
+    // At least 40 decisions and 80 outcomes are written, so every kill point below is reached.
+    const SCALE_UPS: u32 = 40;
+    for kills in [vec![1], vec![45, 30], vec![100, 2]] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        for (i, acks) in kills.iter().enumerate() {
+            let finished = lifecycle_stress(&path, SCALE_UPS, Some(*acks));
+            // A restarted run may finish its few remaining records before the kill lands.
+            assert!(
+                i > 0 || !finished,
+                "the first run is killed after {acks} records"
+            );
+        }
+        assert!(
+            lifecycle_stress(&path, SCALE_UPS, None),
+            "the last run finishes"
+        );
+
+        // Reopening repairs a torn tail, if the last kill left one; then every line parses.
+        let (_, resumed) = Recorder::open(&path, Config::new(), Timeouts::default()).unwrap();
+        assert_eq!(resumed.open, 0, "kills {kills:?}");
+        let all = read_files(std::slice::from_ref(&path)).unwrap();
+        assert!(all.bad.is_empty(), "kills {kills:?}: {:?}", all.bad);
+
+        let mut decisions: BTreeMap<String, usize> = BTreeMap::new();
+        let mut phases: BTreeMap<(String, String), Vec<Phase>> = BTreeMap::new();
+        let mut outcomes: BTreeMap<(String, String), Vec<Outcome>> = BTreeMap::new();
+        for r in &all.records {
+            match &r.event {
+                Event::Decision(d) => {
+                    *decisions.entry(d.scale_up_id.clone().unwrap()).or_default() += 1;
+                }
+                Event::Phase(p) => phases
+                    .entry((p.scale_up_id.clone(), p.gang.clone().unwrap().name))
+                    .or_default()
+                    .push(p.phase),
+                Event::Outcome(o) => outcomes
+                    .entry((o.scale_up_id.clone(), o.gang.clone().unwrap().name))
+                    .or_default()
+                    .push(o.outcome),
+            }
+        }
+        assert_eq!(decisions.len(), SCALE_UPS as usize, "kills {kills:?}");
+        assert!(decisions.values().all(|n| *n == 1), "{decisions:?}");
+        assert_eq!(outcomes.len(), 2 * SCALE_UPS as usize, "kills {kills:?}");
+        for ((id, gang), list) in &outcomes {
+            let expected = if gang.ends_with("-b") {
+                Outcome::AttachFailed
+            } else {
+                Outcome::Succeeded
+            };
+            assert_eq!(list, &[expected], "{id} {gang}: exactly one outcome");
+        }
+        for (key, list) in &phases {
+            assert!(
+                list.windows(2).all(|w| w[0] < w[1]),
+                "{key:?}: phases forward only, none twice: {list:?}"
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Restart
 
