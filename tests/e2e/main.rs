@@ -16,7 +16,10 @@
     reason = "tests abort loudly"
 )]
 
+#[path = "../common/mod.rs"]
+mod common;
 mod harness;
+mod lifecycle;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -547,8 +550,11 @@ async fn create_dynamic(client: &kube::Client, value: serde_json::Value) {
         .split_once('/')
         .unwrap_or(("", tm.api_version.as_str()));
     let gvk = kube::api::GroupVersionKind::gvk(group, version, &tm.kind);
-    let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let api: Api<kube::api::DynamicObject> = match caps.scope {
+        kube::discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), "default", &ar),
+        kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &ar),
+    };
     if let Err(e) = api.create(&PostParams::default(), &obj).await {
         panic!(
             "creating {} {}: {e}",
