@@ -28,31 +28,19 @@ fn write_lifecycle_config(
     dir: &Path,
     formation_timeout: &str,
 ) -> (u16, SocketAddr, PathBuf) {
-    let (grpc, http) = (free_port(), free_port());
-    std::fs::create_dir_all(dir.join("nodegroups")).unwrap();
-    std::fs::write(
-        dir.join("provider.yaml"),
-        format!(
-            "server: {{address: \"127.0.0.1:{grpc}\", metricsAddress: \"127.0.0.1:{http}\", plaintext: true}}\n\
-             kubernetes: {{kubeconfig: {}, watch: true}}\n\
-             audit: {{path: audit.jsonl}}\n\
-             lifecycle: {{interval: 500ms, formationTimeout: {formation_timeout}, attachTimeout: 2m}}\n",
-            cluster.kubeconfig.display()
+    let (grpc, http) = write_config_with(
+        cluster,
+        dir,
+        &format!(
+            "audit: {{path: audit.jsonl}}\n\
+             lifecycle: {{interval: 500ms, formationTimeout: {formation_timeout}, attachTimeout: 2m}}\n"
         ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("nodegroups/gpu.yaml"),
-        format!(
-            "id: gpu\nminSize: 0\nmaxSize: 4\ninstanceType: p5.48xlarge\nregion: local\nzone: local-a\n\
-             capacity: {{cpu: \"192\", memory: 2048Gi, pods: 110}}\n\
-             gpu: {{count: 8, product: NVIDIA-H100-80GB-HBM3, memory: 81559Mi}}\n\
-             csi: {{{GOOD_DRIVER}: 8, {BROKEN_DRIVER}: 8}}\n\
-             taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]\n\
-             backend: {{type: kwok, provisionDelay: 0s, attach: {{delay: {ATTACH_DELAY_S}s, failDriver: {BROKEN_DRIVER}}}}}\n"
+        &format!("csi: {{{GOOD_DRIVER}: 8, {BROKEN_DRIVER}: 8}}\n"),
+        &format!(
+            "provisionDelay: 0s, attach: {{delay: {ATTACH_DELAY_S}s, failDriver: {BROKEN_DRIVER}}}"
         ),
-    )
-    .unwrap();
+    );
+    enable_watch(dir);
     (
         grpc,
         SocketAddr::from(([127, 0, 0, 1], http)),

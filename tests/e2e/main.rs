@@ -375,14 +375,32 @@ async fn the_simulated_attacher_attaches_or_fails_volume_attachments_on_its_node
     );
 }
 
-/// Writes a config dir for the gangscaler binary with one kwok GPU group.
+/// Writes a config dir for the gangscaler binary with one kwok GPU group (max 4).
 fn write_config(cluster: &Cluster, dir: &std::path::Path, provision_delay: &str) -> (u16, u16) {
+    write_config_with(
+        cluster,
+        dir,
+        "",
+        "",
+        &format!("provisionDelay: {provision_delay}"),
+    )
+}
+
+/// [`write_config`] with extra provider.yaml lines, extra node-group lines and the kwok backend
+/// settings (inside `backend: {type: kwok, ...}`).
+fn write_config_with(
+    cluster: &Cluster,
+    dir: &std::path::Path,
+    provider_extra: &str,
+    group_extra: &str,
+    backend: &str,
+) -> (u16, u16) {
     let (grpc, http) = (free_port(), free_port());
     std::fs::create_dir_all(dir.join("nodegroups")).unwrap();
     std::fs::write(
         dir.join("provider.yaml"),
         format!(
-            "server: {{address: \"127.0.0.1:{grpc}\", metricsAddress: \"127.0.0.1:{http}\", plaintext: true}}\nkubernetes: {{kubeconfig: {}}}\n",
+            "server: {{address: \"127.0.0.1:{grpc}\", metricsAddress: \"127.0.0.1:{http}\", plaintext: true}}\nkubernetes: {{kubeconfig: {}}}\n{provider_extra}",
             cluster.kubeconfig.display()
         ),
     )
@@ -394,11 +412,21 @@ fn write_config(cluster: &Cluster, dir: &std::path::Path, provision_delay: &str)
              capacity: {{cpu: \"192\", memory: 2048Gi, pods: 110}}\n\
              gpu: {{count: 8, product: NVIDIA-H100-80GB-HBM3, memory: 81559Mi}}\n\
              taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]\n\
-             backend: {{type: kwok, provisionDelay: {provision_delay}}}\n"
+             backend: {{type: kwok, {backend}}}\n{group_extra}"
         ),
     )
     .unwrap();
     (grpc, http)
+}
+
+/// Turns the cluster view (gang admission, lifecycles) on in the config dir `dir`.
+fn enable_watch(dir: &std::path::Path) {
+    let provider = std::fs::read_to_string(dir.join("provider.yaml")).unwrap();
+    std::fs::write(
+        dir.join("provider.yaml"),
+        provider.replace("kubernetes: {", "kubernetes: {watch: true, "),
+    )
+    .unwrap();
 }
 
 fn start_gangscaler(
@@ -769,12 +797,7 @@ async fn admission_scenario(
     let api = harness::Versions::load().gang_api;
     let config = cluster.dir.join("gangscaler");
     let (grpc, http) = write_config(&cluster, &config, "0s");
-    let provider = std::fs::read_to_string(config.join("provider.yaml")).unwrap();
-    std::fs::write(
-        config.join("provider.yaml"),
-        provider.replace("kubernetes: {", "kubernetes: {watch: true, "),
-    )
-    .unwrap();
+    enable_watch(&config);
     create_gpu_gang(&client, &api, gang, members, members).await;
     let server = start_gangscaler(&cluster, &config, http, "gangscaler");
     let c = CloudProviderClient::connect(format!("http://127.0.0.1:{grpc}"))
