@@ -1,7 +1,9 @@
 //! Memory of the cluster view: 10,000 nodes in a kube-rs reflector store (slimmed as the node
 //! watcher does) and 100,000 pods in the [`PodStore`], filled through the same [`PodWriter`] the
 //! pod watcher feeds (watcher events of full pods, compacted on arrival); then the peak while one
-//! snapshot for the adapters exists and the gang view built from it, and a re-list.
+//! snapshot for the adapters exists and the gang view built from it, the pure part of one
+//! lifecycle-loop tick over that snapshot (gang progress and 1,000 open scale-ups observed),
+//! and a re-list.
 //! Reports resident set size (VmRSS) from /proc/self/status; not a timed benchmark.
 //!
 //! Run: `cargo bench --features test-util --bench memory`.
@@ -10,8 +12,9 @@
 
 use std::time::Instant;
 
+use gangscaler::audit::{Facts, GangId, Open, Phase, observe};
 use gangscaler::cluster::watch::slim_node;
-use gangscaler::cluster::{GangObject, PodStore, PodWriter, gangs};
+use gangscaler::cluster::{GangObject, PodStore, PodWriter, gangs, node_progress, progress};
 use k8s_openapi::api::core::v1::{Node, Pod, PodSchedulingGroup};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::Event;
@@ -222,6 +225,54 @@ fn main() {
         view.problems.len(),
         nodes.state().len()
     );
+
+    // The pure part of one lifecycle tick: every gang's progress, then 1,000 open scale-ups
+    // (one gang each, 16 nodes) observed against their group's nodes.
+    let started = Instant::now();
+    let attachments: Vec<std::sync::Arc<k8s_openapi::api::storage::v1::VolumeAttachment>> =
+        Vec::new();
+    let gang_progress = progress(&set, &view, &attachments);
+    let progress_took = started.elapsed();
+    let node_list: Vec<_> = nodes.state();
+    let mut facts = Facts {
+        groups: Default::default(),
+        gangs: gang_progress
+            .into_iter()
+            .map(|(g, p)| ((g.namespace, g.name), p))
+            .collect(),
+    };
+    for (i, n) in node_list.iter().enumerate() {
+        let group = facts
+            .groups
+            .entry(format!("group-{:03}", i % 100))
+            .or_default();
+        group.nodes.extend(node_progress(n));
+    }
+    let open: Vec<Open> = view
+        .gangs
+        .iter()
+        .take(1_000)
+        .enumerate()
+        .map(|(i, g)| Open {
+            scale_up_id: format!("su-{i}"),
+            node_group: format!("group-{:03}", i % 100),
+            gang: Some(GangId::from(&g.id)),
+            nodes: 16,
+            phase: Phase::Requested,
+            requested_at_ms: 0,
+            formed_at_ms: None,
+            attached_at_ms: None,
+        })
+        .collect();
+    let started = Instant::now();
+    let observed = observe(&open, &facts);
+    println!(
+        "lifecycle tick, pure part: gang progress of {} gangs in {progress_took:.1?}, {} open scale-ups observed in {:.1?}",
+        view.gangs.len(),
+        observed.len(),
+        started.elapsed()
+    );
+    drop(facts);
     drop(view);
     drop(set);
     println!("RSS after the snapshot is dropped: {:.0} MiB", rss_mib());
