@@ -9,7 +9,7 @@
 //! - [`read`]: reads log files back, reporting bad or truncated lines with their numbers.
 //! - [`track`]: [`Tracker`], the lifecycle state machine rebuilt from the log on restart, and
 //!   [`Recorder`], which ties it to an [`AuditLog`] so that nothing is recorded twice or lost.
-//! - [`observe`]: what the cluster shows of each open lifecycle ([`observe`], pure).
+//! - [`mod@observe`]: what the cluster shows of each open lifecycle ([`observe()`], pure).
 //! - [`report`]: formation-time percentiles and rates per node group for a time window (pure).
 //!
 //! The schema, the durability guarantees and the report's definitions are published in

@@ -1,7 +1,7 @@
 //! The lifecycle loop: every `lifecycle.interval`, compare each open scale-up with the cluster
 //! and record how far it has come. I/O lives here (the cluster view's stores, the backends'
 //! instance lists, the audit log, events); the decisions are the pure
-//! [`audit::observe`](crate::audit::observe) and [`Tracker`](crate::audit::Tracker).
+//! [`audit::observe`](crate::audit::observe()) and [`Tracker`](crate::audit::Tracker).
 //!
 //! Each tick:
 //! 1. sets the pending-gang gauge and adds pending gang-seconds since the last tick;
