@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -193,13 +195,33 @@ func runMain(m *testing.M) (code int) {
 	return m.Run()
 }
 
+var (
+	portsMu sync.Mutex
+	given   = map[int]bool{}
+)
+
+// freePort returns a free address on 127.0.0.1 for a server the harness starts. Ports come
+// from 20000-31999, below Linux's ephemeral range (32768-60999), so a port checked and
+// released here cannot be taken meanwhile as the source port of an outgoing connection (as
+// a port picked by binding to :0 can). A port handed out once is never handed out again.
 func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for try := 0; try < 1000; try++ {
+		port := 20000 + rand.IntN(12000)
+		if given[port] {
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		l.Close()
+		given[port] = true
+		return addr, nil
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", errors.New("no free port in 20000-31999 after 1000 tries")
 }
 
 func binaryPath() (string, error) {
