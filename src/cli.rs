@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::config::{self, Source};
+use crate::engine::now_ms;
 use crate::model::TemplateNode;
 use crate::server::Server;
 use crate::telemetry::LogFormat;
@@ -215,16 +216,6 @@ fn run_audit(command: AuditCommand) -> anyhow::Result<()> {
             step_ms,
         } => run_lifecycle_stress(file, scale_ups, step_ms),
     }
-}
-
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the CLI reads the clock for `now`"
-)]
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// An RFC 3339 time, unix milliseconds, or a duration before `now_ms`.

@@ -41,7 +41,7 @@ pub use gangs::{GangView, SCHEDULED_GRACE_SECS, gangs};
 pub use objects::{GangObject, ObjectSet};
 pub use pod::{CompactPod, PodKey, PodLink};
 pub use problem::{Issue, ObjectRef, Problem};
-pub use progress::{node_progress, progress};
+pub use progress::{is_node_ready, node_progress, progress};
 pub use watch::{ClusterView, PodStore, PodWriter, WatchError};
 
 /// Where in the input an object came from.

@@ -1,7 +1,7 @@
 //! Provisioning backends behind one trait. A backend owns a group's target size and its
 //! instances and applies every change atomically (bounds are checked in the same step that
 //! changes the size, so concurrent calls never lose updates or overshoot).
-//! Depends on `model` only.
+//! Depends on `model`, plus `config` and `cluster`'s object readers for the kwok backend.
 
 pub mod kwok;
 pub mod memory;

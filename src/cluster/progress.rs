@@ -104,14 +104,17 @@ fn disrupted_members(objects: &ObjectSet) -> BTreeMap<(&str, String), BTreeSet<S
 pub fn node_progress(node: &Node) -> Option<NodeProgress> {
     let name = node.metadata.name.clone()?;
     let created_unix = node.metadata.creation_timestamp.as_ref()?.0.as_second();
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     Some(NodeProgress {
         name,
         created_unix,
-        ready,
+        ready: is_node_ready(node),
     })
+}
+
+/// The node's `Ready` condition is True.
+pub fn is_node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

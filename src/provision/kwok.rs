@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{Error, NodeRef, Provisioner, Result};
+use crate::cluster::is_node_ready;
 use crate::config::KubernetesSettings;
 use crate::model::{
     BackendSpec, ErrorCode, Instance, InstanceError, InstanceState, KwokBackendSpec, NodeGroupId,
@@ -168,13 +169,6 @@ pub fn provider_id(group: &NodeGroupId, node: &str) -> String {
 /// `(group, node)` from a kwok providerID.
 pub fn parse_provider_id(id: &str) -> Option<(&str, &str)> {
     id.strip_prefix(PROVIDER_ID_SCHEME)?.split_once('/')
-}
-
-fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 impl KwokProvisioner {
@@ -853,7 +847,7 @@ impl Provisioner for KwokProvisioner {
                 let state =
                     if record.deleting.contains(&name) || n.metadata.deletion_timestamp.is_some() {
                         InstanceState::Deleting
-                    } else if is_ready(n) {
+                    } else if is_node_ready(n) {
                         InstanceState::Running
                     } else {
                         InstanceState::Creating
