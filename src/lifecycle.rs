@@ -26,6 +26,7 @@ use crate::engine::{self, Engine};
 use crate::events::EventPublisher;
 use crate::metrics::{GroupLabels, Metrics, ScaleUpOutcomeLabels};
 use crate::model::InstanceState;
+use k8s_openapi::api::core::v1::Node;
 
 /// Drives open scale-ups to their outcomes (see the module docs).
 #[derive(Debug)]
@@ -103,12 +104,10 @@ impl Lifecycle {
                 .collect(),
         };
         let groups: BTreeSet<&str> = open.iter().map(|o| o.node_group.as_str()).collect();
-        let nodes: HashMap<String, crate::model::NodeProgress> = self
-            .view
-            .nodes()
+        let all_nodes = self.view.nodes();
+        let nodes: HashMap<&str, &Node> = all_nodes
             .iter()
-            .filter_map(|n| cluster::node_progress(n))
-            .map(|n| (n.name.clone(), n))
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
             .collect();
         for group in groups {
             match self.engine.nodes(group).await {
@@ -118,8 +117,8 @@ impl Lifecycle {
                         if let Some(e) = &i.error {
                             g.failed
                                 .push(format!("{}: {}: {}", i.node_name, e.code, e.message));
-                        } else if let Some(node) = nodes.get(&i.node_name) {
-                            g.nodes.push(node.clone());
+                        } else if let Some(node) = nodes.get(i.node_name.as_str()) {
+                            g.nodes.extend(cluster::node_progress(node));
                         } else if i.state != InstanceState::Deleting {
                             g.pending += 1;
                         }
@@ -153,7 +152,7 @@ impl Lifecycle {
         }
         self.metrics
             .scale_ups_open
-            .set(i64::try_from(self.recorder.open_scale_ups().len()).unwrap_or(i64::MAX));
+            .set(i64::try_from(self.recorder.open_count()).unwrap_or(i64::MAX));
     }
 
     /// Metrics, log line and events for one appended record.

@@ -216,10 +216,9 @@ impl Server {
                 repaired_bytes = resumed.repaired_bytes,
                 "audit log opened"
             );
-            recorder_handle = Some(Arc::new(recorder));
-        }
-        if let Some(recorder) = &recorder_handle {
+            let recorder = Arc::new(recorder);
             engine = engine.with_audit(recorder.clone());
+            recorder_handle = Some(recorder);
         }
         let mut publisher = None;
         if let Some(view) = &view {

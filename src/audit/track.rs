@@ -458,6 +458,11 @@ impl Recorder {
         self.tracker().open().cloned().collect()
     }
 
+    /// How many lifecycles are open.
+    pub fn open_count(&self) -> usize {
+        self.tracker().open_count()
+    }
+
     /// Records an admission decision made at `now_ms` (call it after the provisioner
     /// answered). An accepted decision with nodes to add gets a new scale-up id, returned.
     ///
