@@ -72,60 +72,6 @@ async fn create_volume(client: &kube::Client, name: &str, driver: &str) {
     .await;
 }
 
-/// The gang object (PodGroup, or a Workload on v1alpha1) of `members` whole-node GPU pods.
-async fn create_gang_object(client: &kube::Client, api: &str, name: &str, members: u32) {
-    if api.ends_with("/v1alpha1") {
-        create_dynamic(client, serde_json::json!({
-            "apiVersion": api, "kind": "Workload", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": members}}}]}
-        }))
-        .await;
-    } else {
-        create_dynamic(client, serde_json::json!({
-            "apiVersion": api, "kind": "PodGroup", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": members}}}
-        }))
-        .await;
-    }
-}
-
-/// Member `i` of gang `gang`: a whole 8-GPU node, mounting `claim` if given, with `extra` merged
-/// into its spec.
-async fn create_member(
-    client: &kube::Client,
-    api: &str,
-    gang: &str,
-    i: u32,
-    claim: Option<&str>,
-    extra: serde_json::Value,
-) {
-    let link = if api.ends_with("/v1alpha1") {
-        serde_json::json!({"workloadRef": {"name": gang, "podGroup": "workers"}})
-    } else {
-        serde_json::json!({"schedulingGroup": {"podGroupName": gang}})
-    };
-    let mut container = serde_json::json!({"name": "train", "image": "example.invalid/train:1",
-        "resources": {"requests": {"cpu": "8", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}});
-    let mut spec = serde_json::json!({
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    });
-    if let Some(claim) = claim {
-        container["volumeMounts"] = serde_json::json!([{"name": "ckpt", "mountPath": "/ckpt"}]);
-        spec["volumes"] =
-            serde_json::json!([{"name": "ckpt", "persistentVolumeClaim": {"claimName": claim}}]);
-    }
-    spec["containers"] = serde_json::json!([container]);
-    let spec = spec.as_object_mut().unwrap();
-    spec.extend(link.as_object().unwrap().clone());
-    spec.extend(extra.as_object().unwrap().clone());
-    create_dynamic(
-        client,
-        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("{gang}-{i}"), "namespace": "default"}, "spec": spec}),
-    )
-    .await;
-}
-
 /// The records of the audit log (every line must parse).
 fn records(log: &Path) -> Vec<Record> {
     let reading = read_files(&[log.to_path_buf()]).unwrap();

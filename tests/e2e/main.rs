@@ -685,51 +685,64 @@ async fn the_cluster_view_discovers_the_gang_api_and_joins_pods_to_their_gang() 
 
 /// Creates a gang of `pods` pods, each needing a whole 8-GPU node, in the served gang API.
 async fn create_gpu_gang(client: &kube::Client, api: &str, name: &str, min: u32, pods: u32) {
-    let pod = |i: u32, link: serde_json::Value| {
-        let mut spec = serde_json::json!({
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "train", "image": "example.invalid/train:1",
-                "resources": {"requests": {"cpu": "8", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]
-        });
-        spec.as_object_mut()
-            .unwrap()
-            .extend(link.as_object().unwrap().clone());
-        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("{name}-{i}"), "namespace": "default"}, "spec": spec})
-    };
+    create_gang_object(client, api, name, min).await;
+    for i in 0..pods {
+        create_member(client, api, name, i, None, serde_json::json!({})).await;
+    }
+}
+
+/// The gang object (a PodGroup, or a Workload on v1alpha1) named `name` with minCount `min`.
+async fn create_gang_object(client: &kube::Client, api: &str, name: &str, min: u32) {
     if api.ends_with("/v1alpha1") {
         create_dynamic(client, serde_json::json!({
             "apiVersion": api, "kind": "Workload", "metadata": {"name": name, "namespace": "default"},
             "spec": {"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": min}}}]}
         }))
         .await;
-        for i in 0..pods {
-            create_dynamic(
-                client,
-                pod(
-                    i,
-                    serde_json::json!({"workloadRef": {"name": name, "podGroup": "workers"}}),
-                ),
-            )
-            .await;
-        }
     } else {
         create_dynamic(client, serde_json::json!({
             "apiVersion": api, "kind": "PodGroup", "metadata": {"name": name, "namespace": "default"},
             "spec": {"schedulingPolicy": {"gang": {"minCount": min}}}
         }))
         .await;
-        for i in 0..pods {
-            create_dynamic(
-                client,
-                pod(
-                    i,
-                    serde_json::json!({"schedulingGroup": {"podGroupName": name}}),
-                ),
-            )
-            .await;
-        }
     }
+}
+
+/// Member `i` of gang `gang`: a whole 8-GPU node, mounting `claim` if given, with `extra` merged
+/// into its spec.
+async fn create_member(
+    client: &kube::Client,
+    api: &str,
+    gang: &str,
+    i: u32,
+    claim: Option<&str>,
+    extra: serde_json::Value,
+) {
+    let link = if api.ends_with("/v1alpha1") {
+        serde_json::json!({"workloadRef": {"name": gang, "podGroup": "workers"}})
+    } else {
+        serde_json::json!({"schedulingGroup": {"podGroupName": gang}})
+    };
+    let mut container = serde_json::json!({"name": "train", "image": "example.invalid/train:1",
+        "resources": {"requests": {"cpu": "8", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}});
+    let mut spec = serde_json::json!({
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    });
+    if let Some(claim) = claim {
+        container["volumeMounts"] = serde_json::json!([{"name": "ckpt", "mountPath": "/ckpt"}]);
+        spec["volumes"] =
+            serde_json::json!([{"name": "ckpt", "persistentVolumeClaim": {"claimName": claim}}]);
+    }
+    spec["containers"] = serde_json::json!([container]);
+    let spec = spec.as_object_mut().unwrap();
+    spec.extend(link.as_object().unwrap().clone());
+    spec.extend(extra.as_object().unwrap().clone());
+    create_dynamic(
+        client,
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{gang}-{i}"), "namespace": "default"}, "spec": spec}),
+    )
+    .await;
 }
 
 /// IncreaseSize through gRPC, retrying while the cluster view syncs (Unavailable).
