@@ -12,9 +12,10 @@
 
 use std::time::Instant;
 
-use gangscaler::audit::{Facts, GangId, Open, Phase, observe};
+use gangscaler::audit::{GangId, Phase};
 use gangscaler::cluster::watch::slim_node;
-use gangscaler::cluster::{GangObject, PodStore, PodWriter, gangs, node_progress, progress};
+use gangscaler::cluster::{GangObject, PodStore, PodWriter, gangs};
+use gangscaler::scaleup::{Facts, Open, node_progress, observe, progress};
 use k8s_openapi::api::core::v1::{Node, Pod, PodSchedulingGroup};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::Event;

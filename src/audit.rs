@@ -1,38 +1,32 @@
 //! The durable audit log: one JSON line per admission decision (rejections included), per
 //! lifecycle phase transition of a scale-up and per terminal outcome, and the report computed
 //! from it. Depends on [`crate::model`] and [`crate::planner`] (for the decision it records),
-//! serde and std; no async, no Kubernetes client.
+//! serde and std; no async, no Kubernetes client. What writes the phase and outcome records
+//! (the lifecycle state machine, its observer and loop) is in `scaleup`.
 //!
 //! - [`record`]: the versioned record ([`Record`], schema [`SCHEMA_VERSION`]) and its events.
 //! - [`log`]: [`AuditLog`], the append-only JSON Lines writer: one `write` plus `fdatasync`
 //!   per record, torn-tail repair on open, size-based rotation, optional copy to stdout.
 //! - [`read`]: reads log files back, reporting bad or truncated lines with their numbers.
-//! - [`track`]: [`Tracker`], the lifecycle state machine rebuilt from the log on restart, and
-//!   [`Recorder`], which ties it to an [`AuditLog`] so that nothing is recorded twice or lost.
-//! - [`mod@observe`]: what the cluster shows of each open lifecycle ([`observe()`], pure).
 //! - [`report`]: formation-time percentiles and rates per node group for a time window (pure).
 //!
 //! The schema, the durability guarantees and the report's definitions are published in
 //! `docs/audit-schema.md`.
 
 pub mod log;
-pub mod observe;
 pub mod read;
 pub mod record;
 pub mod report;
-pub mod track;
 
 use std::path::PathBuf;
 
 pub use log::{AuditLog, Config};
-pub use observe::{Facts, GroupFacts, observe};
 pub use read::{BadLine, Reading, read_files, rotated_paths};
 pub use record::{
     DecisionEvent, DeferredSummary, Event, Extent, GangId, GangSummary, Outcome, OutcomeEvent,
     Phase, PhaseEvent, Record, SCHEMA_VERSION, Verdict,
 };
 pub use report::{Percentiles, Report, Stats, Window};
-pub use track::{Appended, Key, Observation, Open, Recorder, Resumed, Timeouts, Tracker};
 
 /// Audit errors. Every I/O variant names the file.
 #[derive(Debug, thiserror::Error)]

@@ -344,15 +344,15 @@ fn run_lifecycle_stress(log: PathBuf, scale_ups: u32, step_ms: u64) -> anyhow::R
     use std::io::Write as _;
 
     use crate::audit::{
-        self, DecisionEvent, Event, Extent, GangId, GangSummary, Observation, Outcome, Phase,
-        Record, Verdict,
+        self, DecisionEvent, Event, Extent, GangId, GangSummary, Outcome, Phase, Record, Verdict,
     };
-    let timeouts = audit::Timeouts {
+    use crate::scaleup::{Observation, Recorder, Timeouts};
+    let timeouts = Timeouts {
         registration_ms: 3_600_000,
         formation_ms: 3_600_000,
         attach_ms: 3_600_000,
     };
-    let (recorder, _) = audit::Recorder::open(&log, audit::Config::new(), timeouts)?;
+    let (recorder, _) = Recorder::open(&log, audit::Config::new(), timeouts)?;
     let files = audit::rotated_paths(&log)?;
     let written: std::collections::BTreeSet<String> = audit::read_files(&files)?
         .records

@@ -1,9 +1,11 @@
 //! The bridge from Kubernetes objects to the internal gang model: an I/O-free snapshot of the
 //! objects we read ([`ObjectSet`]), one adapter per gang-scheduling API version
 //! ([`adapters`]), the join of pods to their gangs ([`gangs`]) and per-pod resource demand as
-//! the scheduler computes it ([`demand`]). Depends on `model`, `k8s-openapi` and serde; it
-//! does no I/O except in [`watch`], whose watchers fill an [`ObjectSet`]. Pods are kept as
-//! [`CompactPod`]s, a few hundred bytes each, shared between the watchers and snapshots.
+//! the scheduler computes it ([`demand`]), and a Node's readiness ([`is_node_ready`]). How far
+//! a scale-up's gangs have come is computed from these objects in `scaleup`. Depends on
+//! `model`, `k8s-openapi` and serde; it does no I/O except in [`watch`], whose watchers fill an
+//! [`ObjectSet`]. Pods are kept as [`CompactPod`]s, a few hundred bytes each, shared between
+//! the watchers and snapshots.
 //!
 //! | Kubernetes | Group version | Gang object | Pod link |
 //! |---|---|---|---|
@@ -14,10 +16,10 @@
 pub mod adapters;
 mod demand;
 mod gangs;
+mod node;
 mod objects;
 mod pod;
 mod problem;
-mod progress;
 mod v1alpha1;
 mod v1alpha2;
 mod v1beta1;
@@ -30,18 +32,18 @@ mod objects_tests;
 #[cfg(test)]
 mod pod_tests;
 #[cfg(test)]
-mod progress_tests;
-#[cfg(test)]
 mod tests;
 
 use std::fmt;
 
+pub(crate) use demand::attachable_claims;
 pub use demand::demand;
 pub use gangs::{GangView, SCHEDULED_GRACE_SECS, gangs};
+pub(crate) use gangs::{gang_name, link};
+pub use node::is_node_ready;
 pub use objects::{GangObject, ObjectSet};
 pub use pod::{CompactPod, PodKey, PodLink};
 pub use problem::{Issue, ObjectRef, Problem};
-pub use progress::{is_node_ready, node_progress, progress};
 pub use watch::{ClusterView, PodStore, PodWriter, WatchError};
 
 /// Where in the input an object came from.

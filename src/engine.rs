@@ -1,7 +1,9 @@
 //! The use cases behind each RPC. The engine owns the live configuration (re-read on
 //! `Refresh` when its files change), routes each node group to its provisioning backend and
 //! turns backend answers into the contract CA relies on. Depends on `config`, `provision`,
-//! `model` and `metrics`; knows nothing of gRPC.
+//! `planner` and `cluster` (gang admission), `scaleup` (the recorder of decisions; the engine
+//! is the scale-up loop's [`InstanceSource`]), `events`, `metrics` and `model`; knows nothing
+//! of gRPC.
 
 pub mod admission;
 
@@ -10,12 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use async_trait::async_trait;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Fingerprint, Loaded};
 use crate::metrics::Metrics;
 use crate::model::{AutoscalingOptions, Instance, NodeGroupId, NodeGroupSpec, TemplateNode};
 use crate::provision::{self, NodeRef, Provisioner};
+use crate::scaleup::{InstanceSource, InstancesError, Recorder};
 
 /// Engine errors; `grpc::status` maps each to one gRPC code.
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +82,7 @@ pub struct Engine {
     provisioners: HashMap<&'static str, Arc<dyn Provisioner>>,
     metrics: Arc<Metrics>,
     admission: Option<admission::Admission>,
-    audit: Option<Arc<crate::audit::Recorder>>,
+    audit: Option<Arc<Recorder>>,
     events: Option<crate::events::EventPublisher>,
 }
 
@@ -136,7 +140,7 @@ impl Engine {
 
     /// Writes every admission decision to the durable audit log behind `recorder`.
     #[must_use]
-    pub fn with_audit(mut self, recorder: Arc<crate::audit::Recorder>) -> Self {
+    pub fn with_audit(mut self, recorder: Arc<Recorder>) -> Self {
         self.audit = Some(recorder);
         self
     }
@@ -496,11 +500,23 @@ impl Engine {
     }
 }
 
+/// The scale-up loop lists a group's instances through the engine, which knows the group's
+/// backend.
+#[async_trait]
+impl InstanceSource for Engine {
+    async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError> {
+        self.nodes(group).await.map_err(|e| match e {
+            Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),
+            e => InstancesError::Backend(Box::new(e)),
+        })
+    }
+}
+
 fn decision_verdict(d: &crate::planner::Decision) -> &'static str {
     if d.is_accepted() { "accept" } else { "reject" }
 }
 
-/// Milliseconds since the Unix epoch: the engine's and the lifecycle loop's one wall-clock
+/// Milliseconds since the Unix epoch: the engine's and the scale-up loop's one wall-clock
 /// read (decision records, the in-flight ledger and lifecycle timeouts are wall-clock based).
 pub fn now_ms() -> i64 {
     #[allow(clippy::disallowed_methods)]

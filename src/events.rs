@@ -1,8 +1,10 @@
-//! Kubernetes Events for admission decisions and for what became of the scale-ups, on the gang
-//! object itself (the PodGroup, or the Workload for `v1alpha1`), so `kubectl describe
-//! podgroup` shows why a scale-up happened or did not, when the gang formed, when its volumes
-//! attached and how the scale-up ended. Events are best effort: a failure to publish is
-//! logged, never returned.
+//! Kubernetes Events on the gang object itself (the PodGroup, or the Workload for
+//! `v1alpha1`), so `kubectl describe podgroup` shows why a scale-up happened or did not, when
+//! the gang formed, when its volumes attached and how the scale-up ended. This module holds the
+//! publisher, every reason we use and the events of an admission decision; the events of a
+//! scale-up's lifecycle records are built in `scaleup`, which hands them to
+//! [`EventPublisher::publish`]. Events are best effort: a failure to publish is logged, never
+//! returned. Depends on `model`, `planner` and the Kubernetes client.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -10,7 +12,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use tracing::{debug, warn};
 
-use crate::audit::{Appended, Event as AuditEvent, GangId, Outcome, Phase};
 use crate::model::GangRef;
 use crate::planner::Decision;
 
@@ -99,84 +100,21 @@ impl EventPublisher {
         out
     }
 
-    /// The events an appended lifecycle record produces (gang lifecycles only): formed when
-    /// it is the first record showing the gang formed, volumes attached when it records that
-    /// phase, and succeeded or failed for an outcome. Pure, for tests.
-    pub fn events_for_lifecycle(
-        appended: &Appended,
-    ) -> Vec<(GangRef, &'static str, &'static str, String)> {
-        let mut out = Vec::new();
-        match &appended.record.event {
-            AuditEvent::Phase(p) => {
-                let Some(gang) = &p.gang else { return out };
-                let gang = gang_ref(gang);
-                let secs = p.elapsed_ms as f64 / 1000.0;
-                if appended.first_formed().is_some() {
-                    out.push((
-                        gang.clone(),
-                        REASON_FORMED,
-                        "Normal",
-                        format!(
-                            "scale-up {} of node group {}: gang formed {secs:.1} s after the request",
-                            p.scale_up_id, p.node_group
-                        ),
-                    ));
-                }
-                if p.phase >= Phase::VolumesAttached {
-                    out.push((
-                        gang,
-                        REASON_VOLUMES_ATTACHED,
-                        "Normal",
-                        format!(
-                            "scale-up {} of node group {}: every volume attached {secs:.1} s after the request",
-                            p.scale_up_id, p.node_group
-                        ),
-                    ));
-                }
-            }
-            AuditEvent::Outcome(o) => {
-                let Some(gang) = &o.gang else { return out };
-                let secs = o.duration_ms as f64 / 1000.0;
-                let (reason, type_) = if o.outcome == Outcome::Succeeded {
-                    (REASON_SUCCEEDED, "Normal")
-                } else {
-                    (REASON_FAILED, "Warning")
-                };
-                out.push((
-                    gang_ref(gang),
-                    reason,
-                    type_,
-                    format!(
-                        "scale-up {} of node group {}: {} after {secs:.1} s: {}",
-                        o.scale_up_id,
-                        o.node_group,
-                        o.outcome.as_str(),
-                        o.reason
-                    ),
-                ));
-            }
-            AuditEvent::Decision(_) => {}
-        }
-        out
-    }
-
-    /// Publishes a lifecycle record's events in the background.
-    pub fn lifecycle(&self, appended: &Appended) {
-        for (gang, reason, type_, note) in Self::events_for_lifecycle(appended) {
-            let publisher = self.clone();
-            tokio::spawn(async move { publisher.publish(&gang, reason, type_, note).await });
-        }
-    }
-
     /// Publishes the decision's events in the background.
     pub fn decision(&self, decision: &Decision) {
-        for (gang, reason, type_, note) in Self::events_for(decision) {
+        self.publish(Self::events_for(decision));
+    }
+
+    /// Publishes `events`, each as `(gang, reason, type, note)`, in the background: one task
+    /// per event, best effort.
+    pub fn publish(&self, events: Vec<(GangRef, &'static str, &'static str, String)>) {
+        for (gang, reason, type_, note) in events {
             let publisher = self.clone();
-            tokio::spawn(async move { publisher.publish(&gang, reason, type_, note).await });
+            tokio::spawn(async move { publisher.create(&gang, reason, type_, note).await });
         }
     }
 
-    async fn publish(&self, gang: &GangRef, reason: &str, type_: &str, note: String) {
+    async fn create(&self, gang: &GangRef, reason: &str, type_: &str, note: String) {
         let event = Event {
             metadata: ObjectMeta {
                 generate_name: Some(format!("{}-", regarding(gang).name.unwrap_or_default())),
@@ -206,15 +144,6 @@ impl EventPublisher {
     }
 }
 
-fn gang_ref(gang: &GangId) -> GangRef {
-    GangRef {
-        namespace: gang.namespace.clone(),
-        name: gang.name.clone(),
-        api_version: gang.api_version.clone(),
-        kind: gang.kind.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,104 +160,5 @@ mod tests {
         assert_eq!(r.name.as_deref(), Some("train"));
         assert_eq!(r.kind.as_deref(), Some("Workload"));
         assert_eq!(r.namespace.as_deref(), Some("ml"));
-    }
-
-    fn appended(event: AuditEvent, formed_before: Option<i64>) -> Appended {
-        use crate::audit::{Open, Record};
-        let gang = match &event {
-            AuditEvent::Phase(p) => p.gang.clone(),
-            AuditEvent::Outcome(o) => o.gang.clone(),
-            AuditEvent::Decision(_) => None,
-        };
-        Appended {
-            record: Record::new(10_000, event),
-            before: Some(Open {
-                scale_up_id: "su-1".into(),
-                node_group: "h100".into(),
-                gang,
-                nodes: 2,
-                phase: Phase::NodesReady,
-                requested_at_ms: 0,
-                formed_at_ms: formed_before,
-                attached_at_ms: None,
-            }),
-        }
-    }
-
-    fn phase(phase: Phase, gang: bool) -> AuditEvent {
-        AuditEvent::Phase(crate::audit::PhaseEvent {
-            scale_up_id: "su-1".into(),
-            node_group: "h100".into(),
-            gang: gang.then(|| GangId {
-                namespace: "ml".into(),
-                name: "train".into(),
-                api_version: "scheduling.k8s.io/v1alpha2".into(),
-                kind: "PodGroup".into(),
-            }),
-            phase,
-            at_ms: 10_000,
-            elapsed_ms: 10_000,
-            detail: None,
-        })
-    }
-
-    fn reasons(a: &Appended) -> Vec<(&'static str, &'static str)> {
-        EventPublisher::events_for_lifecycle(a)
-            .into_iter()
-            .map(|(_, reason, type_, _)| (reason, type_))
-            .collect()
-    }
-
-    #[test]
-    fn lifecycle_records_give_formed_attached_and_outcome_events_once() {
-        // Formed and attached seen together: both events, once.
-        let both = appended(phase(Phase::VolumesAttached, true), None);
-        assert_eq!(
-            reasons(&both),
-            [
-                (REASON_FORMED, "Normal"),
-                (REASON_VOLUMES_ATTACHED, "Normal")
-            ]
-        );
-        // Attached after an earlier formed record: no second formed event.
-        let later = appended(phase(Phase::VolumesAttached, true), Some(5_000));
-        assert_eq!(reasons(&later), [(REASON_VOLUMES_ATTACHED, "Normal")]);
-        let (_, _, _, note) = EventPublisher::events_for_lifecycle(&later).remove(0);
-        assert!(note.contains("10.0 s after the request"), "{note}");
-        // Node phases and scale-ups without a gang publish nothing.
-        assert!(reasons(&appended(phase(Phase::NodesReady, true), None)).is_empty());
-        assert!(reasons(&appended(phase(Phase::VolumesAttached, false), None)).is_empty());
-    }
-
-    #[test]
-    fn outcomes_give_a_succeeded_or_a_failed_event() {
-        let outcome = |outcome: Outcome| {
-            let AuditEvent::Phase(p) = phase(Phase::VolumesAttached, true) else {
-                unreachable!()
-            };
-            AuditEvent::Outcome(crate::audit::OutcomeEvent {
-                scale_up_id: p.scale_up_id,
-                node_group: p.node_group,
-                gang: p.gang,
-                outcome,
-                requested_at_ms: 0,
-                formed_at_ms: Some(4_000),
-                attached_at_ms: None,
-                pending_since_ms: None,
-                attach_failures: 1,
-                duration_ms: 10_000,
-                reason: "attach error: w-1/ckpt: boom".into(),
-            })
-        };
-        let ok = appended(outcome(Outcome::Succeeded), Some(4_000));
-        assert_eq!(reasons(&ok), [(REASON_SUCCEEDED, "Normal")]);
-        let failed = appended(outcome(Outcome::AttachFailed), Some(4_000));
-        assert_eq!(reasons(&failed), [(REASON_FAILED, "Warning")]);
-        let (gang, _, _, note) = EventPublisher::events_for_lifecycle(&failed).remove(0);
-        assert_eq!(regarding(&gang).name.as_deref(), Some("train"));
-        assert_eq!(
-            note,
-            "scale-up su-1 of node group h100: attachFailed after 10.0 s: attach error: w-1/ckpt: boom"
-        );
     }
 }

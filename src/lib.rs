@@ -1,19 +1,44 @@
 //! gangscaler: a gang-aware Cluster Autoscaler external gRPC cloud provider.
 //!
-//! Dependencies point inward:
+//! Dependencies point down; each line lists what a module imports (`use crate::…`), and no
+//! import points up:
 //!
 //! ```text
-//! main / cli ─► grpc ─► engine ─► provision ─► model
-//!                 │        └────► config ───► model
-//!                 └─► metrics, telemetry, http (edges)
+//! main, cli  ─► server, engine, scaleup, audit, planner, cluster, config, provision,
+//!               telemetry, model
+//! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
+//!               metrics, model
+//! grpc       ─► engine, provision, metrics, model
+//! engine     ─► scaleup, planner, provision, cluster, config, events, metrics, model
+//! scaleup    ─► cluster, audit, events, metrics, planner, model      (never engine)
+//! provision  ─► cluster, config, model
+//! audit      ─► planner, model                                       (never scaleup)
+//! events     ─► planner, model
+//! config     ─► planner, model
+//! cluster    ─► model
+//! planner    ─► model
+//! http       ─► metrics
+//! model, metrics, telemetry: nothing of ours
+//! testing    ─► config, model   (test and bench builders; planner's and provision's tests)
 //! ```
 //!
-//! - [`model`]: domain types (node groups, quantities, template nodes, instances).
+//! - [`model`]: domain types (node groups, quantities, template nodes, instances, gangs).
 //! - [`config`]: YAML loading with environment overrides and all-errors-at-once validation.
-//! - [`provision`]: the provisioning backend trait and the in-memory backend.
+//! - [`planner`]: pure whole-gang fitting and the admission decision.
+//! - [`cluster`]: Kubernetes objects to the gang model: API-version adapters, pod demand,
+//!   the watchers and their snapshot.
+//! - [`provision`]: the provisioning backend trait and the in-memory and kwok backends.
+//! - [`audit`]: the durable audit log, its record types, reader and report.
+//! - [`events`]: the Kubernetes Event publisher and the events of admission decisions.
+//! - [`scaleup`]: what happens after a scale-up: progress, observation, the lifecycle state
+//!   machine, its recorder and loop. It lists instances through
+//!   [`scaleup::InstanceSource`], which the engine implements, so it never imports `engine`.
 //! - [`engine`]: the use cases behind each RPC; owns the live configuration.
 //! - [`grpc`]: the externalgrpc service: decode, call the engine, encode; one error table.
-//! - [`server`]: wires TLS, the gRPC server, the HTTP endpoints and shutdown.
+//! - [`server`]: wires TLS, the gRPC server, the HTTP endpoints, the scale-up loop and
+//!   shutdown.
+//! - [`metrics`], [`http`], [`telemetry`]: Prometheus families, `/metrics` and health
+//!   endpoints, logging.
 
 pub mod audit;
 pub mod cli;
@@ -23,11 +48,11 @@ pub mod engine;
 pub mod events;
 pub mod grpc;
 pub mod http;
-pub mod lifecycle;
 pub mod metrics;
 pub mod model;
 pub mod planner;
 pub mod provision;
+pub mod scaleup;
 pub mod server;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]

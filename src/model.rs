@@ -5,7 +5,6 @@ pub mod gang;
 pub mod instance;
 pub mod labels;
 pub mod node_group;
-pub mod progress;
 pub mod quantity;
 pub mod template;
 
@@ -19,5 +18,4 @@ pub use node_group::{
     GpuSpec, KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec, RdmaSpec,
     SimulatedFailure, Taint, TaintEffect,
 };
-pub use progress::{GangProgress, NodeProgress};
 pub use template::TemplateNode;

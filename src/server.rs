@@ -90,7 +90,7 @@ pub struct Server {
     kwok: Option<Arc<KwokProvisioner>>,
     watch_shutdown: CancellationToken,
     synced: Arc<AtomicBool>,
-    lifecycle: Option<crate::lifecycle::Lifecycle>,
+    lifecycle: Option<crate::scaleup::Loop>,
 }
 
 impl std::fmt::Debug for Server {
@@ -201,12 +201,12 @@ impl Server {
                 .with_keep_files(audit.keep_files)
                 .with_copy_to_stdout(audit.stdout);
             let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-            let timeouts = crate::audit::Timeouts {
+            let timeouts = crate::scaleup::Timeouts {
                 registration_ms: ms(lifecycle_settings.registration_timeout),
                 formation_ms: ms(lifecycle_settings.formation_timeout),
                 attach_ms: ms(lifecycle_settings.attach_timeout),
             };
-            let (recorder, resumed) = crate::audit::Recorder::open(&audit.path, config, timeouts)
+            let (recorder, resumed) = crate::scaleup::Recorder::open(&audit.path, config, timeouts)
                 .map_err(Error::Audit)?;
             info!(
                 audit.path = %audit.path.display(),
@@ -239,13 +239,14 @@ impl Server {
                     interval_ms = lifecycle_settings.interval.as_millis(),
                     "scale-up lifecycle tracking active"
                 );
-                Some(crate::lifecycle::Lifecycle::new(
+                Some(crate::scaleup::Loop::new(
                     recorder.clone(),
                     view.clone(),
                     engine.clone(),
                     metrics.clone(),
                     publisher,
                     lifecycle_settings.interval,
+                    engine::now_ms,
                 ))
             }
             _ => None,

@@ -211,7 +211,8 @@ async fn an_unsynced_cluster_view_answers_unavailable_instead_of_guessing() {
 
 #[tokio::test]
 async fn every_decision_lands_in_the_audit_log_rejections_included() {
-    use gangscaler::audit::{self, Event, Recorder, Timeouts, Verdict};
+    use gangscaler::audit::{self, Event, Verdict};
+    use gangscaler::scaleup::{Recorder, Timeouts};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
     let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();

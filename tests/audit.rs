@@ -15,13 +15,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use gangscaler::audit::{
-    self, AuditLog, Config, DecisionEvent, Event, GangId, Observation, Outcome, OutcomeEvent,
-    Phase, PhaseEvent, Record, Recorder, Report, Timeouts, Window, read_files, rotated_paths,
+    self, AuditLog, Config, DecisionEvent, Event, GangId, Outcome, OutcomeEvent, Phase, PhaseEvent,
+    Record, Report, Window, read_files, rotated_paths,
 };
 use gangscaler::model::{GangRef, NodeGroupId};
 use gangscaler::planner::{
     AdmittedGang, CoveredGang, Decision, DeferredGang, Extent, Policy, Reason, Rule, Verdict,
 };
+use gangscaler::scaleup::{self, Observation, Recorder, Timeouts, Tracker};
 
 fn gang_ref(name: &str) -> GangRef {
     GangRef {
@@ -567,7 +568,7 @@ fn a_restart_resumes_open_scale_ups_without_duplicating_or_dropping_records() {
     assert_eq!(n, 0, "no duplicate phase records");
 
     // While it was down, a formed and b formed, attached and started.
-    let observe = |o: &audit::Open| {
+    let observe = |o: &scaleup::Open| {
         let g = o.gang.as_ref().unwrap();
         Some(if g.name == "a" {
             Observation::at(Phase::GangFormed).with_pending_since_ms(500)
@@ -775,6 +776,72 @@ fn an_empty_window_has_no_rates_rather_than_zero() {
     assert_eq!(r.overall.attach_failure_rate, None);
     assert_eq!(r.overall.formation.p50_ms, None);
     assert!(r.to_table().contains("(all)"));
+}
+
+/// The report counts open lifecycles with its own fold over the records (`audit` does not
+/// depend on `scaleup`); it must agree with the tracker a restart resumes from.
+#[test]
+fn the_report_counts_the_lifecycles_the_tracker_leaves_open() {
+    let mut records = synthetic();
+    // Two gangs of one scale-up (its decision logged twice), one of which ends; a scale-up
+    // without gangs; a phase whose decision was rotated away; a rejection carrying an id.
+    let two = DecisionEvent::from(&planner_decision(&["x", "y"], 0)).with_scale_up_id("su-two");
+    records.push(Record::new(5_000, two.clone()));
+    records.push(Record::new(5_001, two));
+    records.push(phase("su-two", Some("x"), Phase::GangFormed, 6_000));
+    let mut end = outcome(&Out {
+        group: "h100",
+        outcome: Outcome::Succeeded,
+        requested: 5_000,
+        formed_after: Some(1_000),
+        pending_before: None,
+        attach_failures: 0,
+        ts: 9_000,
+    });
+    if let Event::Outcome(o) = &mut end.event {
+        o.scale_up_id = "su-two".into();
+        o.gang = Some(gang("y"));
+    }
+    records.push(end);
+    let mut bare = DecisionEvent::from(&planner_decision(&[], 0)).with_scale_up_id("su-bare");
+    bare.node_group = "a100".into();
+    records.push(Record::new(7_000, bare));
+    records.push(phase("su-rotated", Some("z"), Phase::NodesReady, 8_000));
+    let mut rejected = rejection("a100", 9_500);
+    if let Event::Decision(d) = &mut rejected.event {
+        d.scale_up_id = Some("su-rejected".into());
+    }
+    records.push(rejected);
+
+    let tracker = Tracker::resume(Timeouts::default(), &records);
+    assert_eq!(
+        tracker.open_count(),
+        4,
+        "su-open, su-two/x, su-bare, su-rotated/z"
+    );
+    for window in [
+        Window::all(),
+        Window::new(Some(5_000), None),
+        Window::new(None, Some(7_000)),
+        Window::new(Some(7_990), Some(8_000)),
+    ] {
+        let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+        for o in tracker
+            .open()
+            .filter(|o| window.contains(o.requested_at_ms))
+        {
+            *expected.entry(o.node_group.clone()).or_default() += 1;
+        }
+        let report = Report::compute(&records, window);
+        let got: BTreeMap<String, u64> = report
+            .node_groups
+            .iter()
+            .filter(|(_, s)| s.open > 0)
+            .map(|(g, s)| (g.clone(), s.open))
+            .collect();
+        assert_eq!(got, expected, "{window:?}");
+        assert_eq!(report.overall.open, expected.values().sum::<u64>());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -84,6 +84,16 @@ impl Record {
             Event::Outcome(o) => &o.node_group,
         }
     }
+
+    /// The lifecycle a phase or outcome is about, as `(scaleUpId, gang)`; `None` for a
+    /// decision (which may open several: [`DecisionEvent::opened_lifecycles`]).
+    pub fn lifecycle(&self) -> Option<(String, Option<GangId>)> {
+        match &self.event {
+            Event::Decision(_) => None,
+            Event::Phase(p) => Some((p.scale_up_id.clone(), p.gang.clone())),
+            Event::Outcome(o) => Some((o.scale_up_id.clone(), o.gang.clone())),
+        }
+    }
 }
 
 /// What a record says happened.
@@ -264,6 +274,23 @@ impl DecisionEvent {
     /// Whether the increase went ahead.
     pub fn is_accepted(&self) -> bool {
         self.verdict == Verdict::Accept
+    }
+
+    /// The lifecycles this decision opens, each as `(scaleUpId, gang)`: when it was accepted
+    /// with a scale-up id, one per admitted gang, or one without a gang when none was
+    /// admitted; none otherwise.
+    pub fn opened_lifecycles(&self) -> Vec<(String, Option<GangId>)> {
+        let Some(id) = self.scale_up_id.as_ref().filter(|_| self.is_accepted()) else {
+            return Vec::new();
+        };
+        if self.gangs.is_empty() {
+            vec![(id.clone(), None)]
+        } else {
+            self.gangs
+                .iter()
+                .map(|g| (id.clone(), Some(g.gang.clone())))
+                .collect()
+        }
     }
 }
 
@@ -446,6 +473,15 @@ pub struct PhaseEvent {
     /// Free-form detail, e.g. `4/4 nodes ready`.
     #[serde(default)]
     pub detail: Option<String>,
+}
+
+impl PhaseEvent {
+    /// When its scale-up was requested, `atMs - elapsedMs`: what a phase whose decision was
+    /// rotated away reopens its lifecycle with.
+    pub fn requested_at_ms(&self) -> i64 {
+        self.at_ms
+            .saturating_sub(i64::try_from(self.elapsed_ms).unwrap_or(i64::MAX))
+    }
 }
 
 /// A scale-up (or one gang of it) ended. Self-contained: the report needs no other event.

@@ -25,8 +25,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::record::{Event, Outcome, Record, elapsed_ms};
-use super::track::{Timeouts, Tracker};
+use super::record::{Event, GangId, Outcome, Record, elapsed_ms};
 
 /// A half-open time window `[since, until)` in unix milliseconds; `None` is unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -188,14 +187,10 @@ impl Report {
                 add(acc, r);
             }
         }
-        for open in Tracker::resume(Timeouts::default(), records).open() {
-            if window.contains(open.requested_at_ms) {
+        for (node_group, requested_at_ms) in open_lifecycles(records) {
+            if window.contains(requested_at_ms) {
                 overall.stats.open += 1;
-                groups
-                    .entry(open.node_group.clone())
-                    .or_default()
-                    .stats
-                    .open += 1;
+                groups.entry(node_group.to_owned()).or_default().stats.open += 1;
             }
         }
         Self {
@@ -274,6 +269,34 @@ impl Report {
         }
         s
     }
+}
+
+/// The lifecycles `records` leave open, each as (node group, requested at): the fold the
+/// scale-up tracker resumes from, without its phases. An accepted decision opens
+/// [`DecisionEvent::opened_lifecycles`](super::DecisionEvent::opened_lifecycles); a phase
+/// reopens its lifecycle when its decision was rotated away, requested at
+/// [`PhaseEvent::requested_at_ms`](super::PhaseEvent::requested_at_ms); an outcome closes its
+/// lifecycle.
+fn open_lifecycles(records: &[Record]) -> Vec<(&str, i64)> {
+    let mut open: BTreeMap<(String, Option<GangId>), (&str, i64)> = BTreeMap::new();
+    for r in records {
+        match &r.event {
+            Event::Decision(d) => {
+                for key in d.opened_lifecycles() {
+                    open.entry(key).or_insert((d.node_group.as_str(), r.ts_ms));
+                }
+            }
+            Event::Phase(p) => {
+                let key = (p.scale_up_id.clone(), p.gang.clone());
+                open.entry(key)
+                    .or_insert((p.node_group.as_str(), p.requested_at_ms()));
+            }
+            Event::Outcome(o) => {
+                open.remove(&(o.scale_up_id.clone(), o.gang.clone()));
+            }
+        }
+    }
+    open.into_values().collect()
 }
 
 fn add(acc: &mut Acc, r: &Record) {

@@ -421,7 +421,7 @@ fn volumes(
 /// with the PersistentVolume it is bound to, if it is bound yet; a claim used twice is listed
 /// once. Inline in-tree disks are left out: their VolumeAttachments name a PV that migration
 /// generates, which no object here carries.
-pub(super) fn attachable_claims(
+pub(crate) fn attachable_claims(
     pod: &CompactPod,
     objects: &ObjectSet,
 ) -> Vec<(String, Option<String>)> {

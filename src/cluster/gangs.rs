@@ -339,7 +339,7 @@ fn trust_scheduled(condition: ScheduledCondition, bound: usize, min_count: u32, 
 }
 
 /// Namespace and [`GangRef::name`] of the gang instance `replica` of group `key`.
-pub(super) fn gang_name(key: &GroupKey, replica: Option<&str>) -> (String, String) {
+pub(crate) fn gang_name(key: &GroupKey, replica: Option<&str>) -> (String, String) {
     match key {
         GroupKey::PodGroup { namespace, name } => (namespace.clone(), name.clone()),
         GroupKey::WorkloadPodGroup {
@@ -358,7 +358,7 @@ pub(super) fn gang_name(key: &GroupKey, replica: Option<&str>) -> (String, Strin
 
 /// The group a pod names and its replica key: `spec.schedulingGroup.podGroupName` (1.36+),
 /// else `spec.workloadRef` (1.35).
-pub(super) fn link(pod: &CompactPod) -> Option<(GroupKey, Option<String>)> {
+pub(crate) fn link(pod: &CompactPod) -> Option<(GroupKey, Option<String>)> {
     let namespace = pod.namespace().to_owned();
     match pod.link()? {
         PodLink::PodGroup(name) => Some((

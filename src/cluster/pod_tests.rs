@@ -261,3 +261,70 @@ fn a_compact_pod_is_a_few_hundred_bytes() {
         std::mem::size_of::<CompactPod>()
     );
 }
+
+// ---- CompactPod ----
+
+/// A pod in `phase` with a DisruptionTarget condition of `disruption` status, if any.
+fn pod_json(phase: &str, disruption: Option<&str>) -> serde_json::Value {
+    let mut conditions = vec![json!({"type": "Ready", "status": "True"})];
+    if let Some(status) = disruption {
+        conditions.push(json!({"type": "DisruptionTarget", "status": status}));
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "w-0", "namespace": "ml"},
+        "spec": {
+            "schedulingGroup": {"podGroupName": "g"},
+            "containers": [{"name": "c"}]
+        },
+        "status": {"phase": phase, "conditions": conditions}
+    })
+}
+
+/// `(is_running, is_disrupted)` of the pod, compacted from a typed pod, from a
+/// `DynamicObject` and from an [`ObjectSet`] insert, which must agree.
+fn flags(phase: &str, disruption: Option<&str>) -> (bool, bool) {
+    let value = pod_json(phase, disruption);
+    let typed: Pod = serde_json::from_value(value.clone()).unwrap();
+    let dynamic: DynamicObject = serde_json::from_value(value.clone()).unwrap();
+    let from_pod = CompactPod::from_pod(&typed);
+    let from_dynamic = CompactPod::from_dynamic(&dynamic).unwrap();
+    let mut set = ObjectSet::new();
+    set.insert_value(value).unwrap();
+    let inserted = set.pod("ml", "w-0").unwrap();
+    let got = (from_pod.is_running(), from_pod.is_disrupted());
+    assert_eq!(
+        got,
+        (from_dynamic.is_running(), from_dynamic.is_disrupted()),
+        "typed and dynamic pod in {phase} with DisruptionTarget {disruption:?}"
+    );
+    assert_eq!(got, (inserted.is_running(), inserted.is_disrupted()));
+    got
+}
+
+#[test]
+fn compaction_reads_phase_running_and_a_true_disruption_target() {
+    assert_eq!(flags("Running", None), (true, false));
+    assert_eq!(flags("Running", Some("True")), (true, true));
+    assert_eq!(flags("Running", Some("False")), (true, false));
+    assert_eq!(flags("Pending", Some("True")), (false, true));
+    assert_eq!(flags("Pending", None), (false, false));
+    // Terminal phases are not running.
+    assert_eq!(flags("Succeeded", None), (false, false));
+    assert_eq!(flags("Failed", Some("True")), (false, true));
+}
+
+#[test]
+fn a_pod_without_status_is_neither_running_nor_disrupted() {
+    let value = json!({
+        "metadata": {"name": "w-0"},
+        "spec": {"containers": [{"name": "c"}]}
+    });
+    let typed: Pod = serde_json::from_value(value.clone()).unwrap();
+    let dynamic: DynamicObject = serde_json::from_value(value).unwrap();
+    let p = CompactPod::from_pod(&typed);
+    let d = CompactPod::from_dynamic(&dynamic).unwrap();
+    assert!(!p.is_running() && !p.is_disrupted());
+    assert!(!d.is_running() && !d.is_disrupted());
+}

@@ -1,16 +1,69 @@
-//! [`progress`]: how far each gang of a [`GangView`] has come, read from the same snapshot
-//! plus the VolumeAttachments, and [`node_progress`]: a Node as the lifecycle tracker sees it.
-//! Pure: the objects come in, [`GangProgress`] comes out.
+//! How far a scale-up has come, as the cluster shows it: [`GangProgress`] for each gang (bound,
+//! formed, volumes attached, running, disrupted), computed by [`progress`] from a cluster
+//! snapshot plus the VolumeAttachments, and [`NodeProgress`] for each node, from
+//! [`node_progress`]. Pure: the objects come in, progress comes out; the observer
+//! ([`observe`](super::observe())) reads it. Depends on `cluster` (its object snapshot and gang
+//! view), `model` and `k8s-openapi`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
+use serde::Serialize;
 
-use super::demand::attachable_claims;
-use super::gangs::{GangView, gang_name, link};
-use super::objects::ObjectSet;
-use crate::model::{GangProgress, GangRef, NodeProgress};
+use crate::cluster::{GangView, ObjectSet, attachable_claims, gang_name, is_node_ready, link};
+use crate::model::GangRef;
+
+/// One node of a node group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeProgress {
+    /// Node name.
+    pub name: String,
+    /// `metadata.creationTimestamp`, unix seconds (when the node registered).
+    pub created_unix: i64,
+    /// The `Ready` condition is True.
+    pub ready: bool,
+}
+
+/// How far one gang has come.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GangProgress {
+    /// Members that must run together.
+    pub min_count: u32,
+    /// When the gang came into being, unix seconds.
+    pub created_unix: i64,
+    /// The scheduler reports the gang scheduled (`PodGroupScheduled` /
+    /// `PodGroupInitiallyScheduled` True), or at least `min_count` members are bound.
+    pub formed: bool,
+    /// Members bound to a node.
+    pub bound: u32,
+    /// Members in phase `Running`.
+    pub running: u32,
+    /// Member pods with `DisruptionTarget` True (being preempted or evicted), sorted.
+    pub disrupted: Vec<String>,
+    /// Volumes (claims and generic ephemeral volumes) of bound members whose CSI driver needs
+    /// attaching. Inline in-tree disks are not counted: their migrated VolumeAttachments carry
+    /// an inline spec, not a PersistentVolume name.
+    pub volumes_needed: u32,
+    /// Of those, volumes with a VolumeAttachment on the member's node with `attached: true`.
+    pub volumes_attached: u32,
+    /// Attach errors on those VolumeAttachments, as `<pod>/<claim>: <message>`, sorted.
+    pub attach_errors: Vec<String>,
+}
+
+impl GangProgress {
+    /// Every volume that needs attaching is attached (vacuously true without volumes).
+    pub fn volumes_ready(&self) -> bool {
+        self.volumes_attached >= self.volumes_needed
+    }
+
+    /// At least `min_count` members run.
+    pub fn started(&self) -> bool {
+        self.running >= self.min_count
+    }
+}
 
 /// The progress of every gang in `view`, keyed by its [`GangRef`]. `objects` must be the
 /// snapshot `view` was built from; `attachments` are the cluster's VolumeAttachments.
@@ -109,12 +162,4 @@ pub fn node_progress(node: &Node) -> Option<NodeProgress> {
         created_unix,
         ready: is_node_ready(node),
     })
-}
-
-/// The node's `Ready` condition is True.
-pub fn is_node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

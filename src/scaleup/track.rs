@@ -1,39 +1,24 @@
-//! The lifecycle of each scale-up, kept so that a restart neither repeats nor loses a record.
+//! The scale-up state machine: [`Tracker`], a pure fold over audit records that knows which
+//! lifecycles are open and which records bring each one up to date.
 //!
-//! A [`Tracker`] is a fold over records: an accepted [`DecisionEvent`] with a `scaleUpId`
-//! opens one lifecycle per admitted gang (or one without a gang), in phase
-//! [`Phase::Requested`]; a [`PhaseEvent`] moves it forward (never back); an
-//! [`OutcomeEvent`] closes it. [`Tracker::plan`] compares each open lifecycle with what the
-//! cluster shows now (an [`Observation`], supplied by the caller) and returns the records that
-//! bring the log up to date: one [`PhaseEvent`] if a later phase is observed, and one
-//! [`OutcomeEvent`] if a terminal outcome is observed or a timeout has passed.
+//! An accepted [`DecisionEvent`](crate::audit::DecisionEvent) with a `scaleUpId` opens one
+//! lifecycle per admitted gang (or one without a gang), in phase [`Phase::Requested`]; a
+//! [`PhaseEvent`] moves it forward (never back); an [`OutcomeEvent`] closes it.
+//! [`Tracker::plan`] compares each open lifecycle with what the cluster shows now (an
+//! [`Observation`], supplied by the caller, see [`observe`](super::observe())) and returns the
+//! records that bring the log up to date: one [`PhaseEvent`] if a later phase is observed, and
+//! one [`OutcomeEvent`] if a terminal outcome is observed or a timeout has passed.
 //!
-//! [`Recorder`] pairs a tracker with an [`AuditLog`]: it appends each record and only then
-//! applies it to the tracker. On restart, [`Recorder::open`] rebuilds the tracker from the log
-//! files, so:
-//!
-//! - **No duplicates.** A phase or outcome is emitted only when it is past what the log holds;
-//!   the log holds exactly the acknowledged records, and the tracker is rebuilt from them.
-//! - **Nothing dropped.** Observations are of state, not of edges: a transition that happened
-//!   while gangscaler was down, or whose record failed to append, is still visible in the
-//!   cluster at the next [`Recorder::reconcile`] and is recorded then (at observation time;
-//!   phases observed together are recorded as the latest of them).
-//!
-//! Everything but [`Recorder`]'s I/O is pure: time comes in as `now_ms`.
+//! Pure: time comes in as `now_ms`, observations as arguments, and nothing is written; the
+//! [`Recorder`](super::Recorder) appends the records and applies them. Depends on `audit`'s
+//! record types only.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
 
 use serde::Serialize;
 
-use super::Result;
-use super::log::{AuditLog, Config};
-use super::read::{BadLine, read_files, rotated_paths};
-use super::record::{
-    DecisionEvent, Event, GangId, Outcome, OutcomeEvent, Phase, PhaseEvent, Record, elapsed_ms,
-};
-use crate::planner;
+use crate::audit::record::elapsed_ms;
+use crate::audit::{Event, GangId, Outcome, OutcomeEvent, Phase, PhaseEvent, Record};
 
 /// Identity of one lifecycle: a scale-up and, when it was for gangs, one of them.
 pub type Key = (String, Option<GangId>);
@@ -185,6 +170,11 @@ impl Tracker {
         self.open.len()
     }
 
+    /// The open lifecycle `key`, if it is open.
+    pub fn get(&self, key: &Key) -> Option<&Open> {
+        self.open.get(key)
+    }
+
     /// The next scale-up id for a decision at `ts_ms`: `su-<tsMs>-<n>`, with `n` counting the
     /// scale-ups in the log so far.
     pub fn next_id(&self, ts_ms: i64) -> String {
@@ -196,19 +186,15 @@ impl Tracker {
     pub fn apply(&mut self, record: &Record) {
         match &record.event {
             Event::Decision(d) => {
-                let Some(id) = d.scale_up_id.as_ref().filter(|_| d.is_accepted()) else {
+                let opened = d.opened_lifecycles();
+                if opened.is_empty() {
                     return;
-                };
+                }
                 self.issued += 1;
-                let gangs: Vec<Option<GangId>> = if d.gangs.is_empty() {
-                    vec![None]
-                } else {
-                    d.gangs.iter().map(|g| Some(g.gang.clone())).collect()
-                };
-                for gang in gangs {
+                for (id, gang) in opened {
                     let key = (id.clone(), gang.clone());
                     self.open.entry(key).or_insert_with(|| Open {
-                        scale_up_id: id.clone(),
+                        scale_up_id: id,
                         node_group: d.node_group.clone(),
                         gang,
                         nodes: d.applied_delta,
@@ -229,9 +215,7 @@ impl Tracker {
                     gang: p.gang.clone(),
                     nodes: 0,
                     phase: Phase::Requested,
-                    requested_at_ms: p
-                        .at_ms
-                        .saturating_sub(i64::try_from(p.elapsed_ms).unwrap_or(i64::MAX)),
+                    requested_at_ms: p.requested_at_ms(),
                     formed_at_ms: None,
                     attached_at_ms: None,
                 });
@@ -345,36 +329,6 @@ impl Tracker {
     }
 }
 
-/// A record [`Recorder::reconcile`] appended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Appended {
-    /// The record.
-    pub record: Record,
-    /// Its lifecycle just before the record was applied.
-    pub before: Option<Open>,
-}
-
-impl Appended {
-    /// The record is the first to show its gang formed (a phase at or past `gangFormed` of a
-    /// lifecycle with a gang that had not formed): the moment formation time is measured.
-    pub fn first_formed(&self) -> Option<&PhaseEvent> {
-        let Event::Phase(p) = &self.record.event else {
-            return None;
-        };
-        let before = self.before.as_ref()?;
-        (p.gang.is_some() && p.phase >= Phase::GangFormed && before.formed_at_ms.is_none())
-            .then_some(p)
-    }
-}
-
-fn record_key(record: &Record) -> Option<Key> {
-    match &record.event {
-        Event::Decision(_) => None,
-        Event::Phase(p) => Some((p.scale_up_id.clone(), p.gang.clone())),
-        Event::Outcome(o) => Some((o.scale_up_id.clone(), o.gang.clone())),
-    }
-}
-
 fn advance(open: &mut Open, phase: Phase, at_ms: i64) {
     if phase <= open.phase {
         return;
@@ -388,198 +342,11 @@ fn advance(open: &mut Open, phase: Phase, at_ms: i64) {
     }
 }
 
-/// An [`AuditLog`] and the [`Tracker`] rebuilt from it: the engine's one handle on the audit.
-#[derive(Debug)]
-pub struct Recorder {
-    log: AuditLog,
-    // Held across the append so that the tracker never runs ahead of (or behind) the log.
-    tracker: Mutex<Tracker>,
-}
-
-/// What [`Recorder::open`] found in the existing log files.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Resumed {
-    /// Files read, oldest first.
-    pub files: Vec<PathBuf>,
-    /// Records read.
-    pub records: usize,
-    /// Lines skipped.
-    pub bad: Vec<BadLine>,
-    /// Lifecycles still open.
-    pub open: usize,
-    /// Bytes of a torn last line cut off.
-    pub repaired_bytes: u64,
-}
-
-impl Recorder {
-    /// Opens the log at `path` (repairing a torn tail), reads it and its rotated files, and
-    /// resumes the lifecycles they leave open.
-    ///
-    /// # Errors
-    /// The [`AuditLog::open`] errors, or [`Error::Read`](super::Error::Read).
-    pub fn open(
-        path: impl Into<PathBuf>,
-        config: Config,
-        timeouts: Timeouts,
-    ) -> Result<(Self, Resumed)> {
-        let log = AuditLog::open(path, config)?;
-        let files = rotated_paths(log.path())?;
-        let reading = read_files(&files)?;
-        let tracker = Tracker::resume(timeouts, &reading.records);
-        let resumed = Resumed {
-            files,
-            records: reading.records.len(),
-            bad: reading.bad,
-            open: tracker.open_count(),
-            repaired_bytes: log.repaired_bytes(),
-        };
-        Ok((
-            Self {
-                log,
-                tracker: Mutex::new(tracker),
-            },
-            resumed,
-        ))
-    }
-
-    /// The log.
-    pub fn log(&self) -> &AuditLog {
-        &self.log
-    }
-
-    fn tracker(&self) -> std::sync::MutexGuard<'_, Tracker> {
-        // The tracker is only changed after a successful append, so it is consistent even if
-        // a holder panicked.
-        self.tracker.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The open lifecycles.
-    pub fn open_scale_ups(&self) -> Vec<Open> {
-        self.tracker().open().cloned().collect()
-    }
-
-    /// How many lifecycles are open.
-    pub fn open_count(&self) -> usize {
-        self.tracker().open_count()
-    }
-
-    /// Records an admission decision made at `now_ms` (call it after the provisioner
-    /// answered). An accepted decision with nodes to add gets a new scale-up id, returned.
-    ///
-    /// # Errors
-    /// The [`AuditLog::append`] errors; the decision is then not recorded.
-    pub fn decision(
-        &self,
-        decision: &planner::Decision,
-        now_ms: i64,
-        duration_ms: Option<u64>,
-    ) -> Result<Option<String>> {
-        let mut tracker = self.tracker();
-        let mut event = DecisionEvent::from(decision);
-        event.duration_ms = duration_ms;
-        if decision.is_accepted() && decision.applied_delta > 0 {
-            event.scale_up_id = Some(tracker.next_id(now_ms));
-        }
-        let id = event.scale_up_id.clone();
-        let record = Record::new(now_ms, event);
-        self.log.append(&record)?;
-        tracker.apply(&record);
-        Ok(id)
-    }
-
-    /// Appends any record (e.g. `provisionFailed` straight after a failed call) and applies it.
-    ///
-    /// # Errors
-    /// The [`AuditLog::append`] errors; the record is then not recorded.
-    pub fn record(&self, record: &Record) -> Result<()> {
-        let mut tracker = self.tracker();
-        self.log.append(record)?;
-        tracker.apply(record);
-        Ok(())
-    }
-
-    /// Brings every open lifecycle up to date with what `observe` says the cluster shows at
-    /// `now_ms` (see [`Tracker::plan`]); returns the records appended, each with the
-    /// lifecycle as it was before them (for metrics and events that fire on a transition).
-    ///
-    /// # Errors
-    /// The first [`AuditLog::append`] error, with the records appended before it (kept and
-    /// applied); the rest are computed again by the next call.
-    pub fn reconcile(
-        &self,
-        now_ms: i64,
-        observe: impl FnMut(&Open) -> Option<Observation>,
-    ) -> std::result::Result<Vec<Appended>, (super::Error, Vec<Appended>)> {
-        let mut tracker = self.tracker();
-        let records = tracker.plan(now_ms, observe);
-        let mut done = Vec::with_capacity(records.len());
-        for record in records {
-            let before = record_key(&record).and_then(|k| tracker.open.get(&k).cloned());
-            if let Err(e) = self.log.append(&record) {
-                return Err((e, done));
-            }
-            tracker.apply(&record);
-            done.push(Appended { record, before });
-        }
-        Ok(done)
-    }
-}
-
-/// Records for tests of the tracker and the observer.
-#[cfg(test)]
-pub(crate) mod test_support {
-    use crate::audit::record::{DecisionEvent, GangId, GangSummary, Verdict};
-
-    pub(crate) fn gang(name: &str) -> GangId {
-        GangId {
-            namespace: "ml".into(),
-            name: name.into(),
-            api_version: "scheduling.k8s.io/v1alpha2".into(),
-            kind: "PodGroup".into(),
-        }
-    }
-
-    pub(crate) fn decision(id: Option<&str>, verdict: Verdict, gangs: &[&str]) -> DecisionEvent {
-        DecisionEvent {
-            scale_up_id: id.map(str::to_owned),
-            node_group: "h100".into(),
-            policy: "strict".into(),
-            verdict,
-            rule: "gangs_admitted".into(),
-            target: 0,
-            max_size: 8,
-            headroom: 8,
-            ca_delta: 2,
-            applied_delta: 2,
-            capped: false,
-            gang_nodes: 2,
-            ungrouped_nodes: 0,
-            gangs: gangs
-                .iter()
-                .map(|g| GangSummary {
-                    gang: gang(g),
-                    priority: 0,
-                    extent: crate::audit::Extent::Whole,
-                    nodes: 1,
-                    in_flight: 0,
-                })
-                .collect(),
-            deferred: Vec::new(),
-            deferred_total: 0,
-            covered: 0,
-            unhostable: 0,
-            duration_ms: None,
-            reason: "test".into(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::record::Verdict;
-
-    use super::test_support::{decision, gang};
+    use crate::audit::Verdict;
+    use crate::scaleup::test_support::{decision, gang};
 
     fn short() -> Timeouts {
         Timeouts {

@@ -1,6 +1,7 @@
 //! [`observe`]: what the cluster shows of each open lifecycle, as an [`Observation`] the
 //! [`Tracker`](super::Tracker) turns into records. Pure: the caller gathers [`Facts`] (nodes
 //! and instances of the node groups, gang progress) at one instant and passes them in.
+//! Depends on `audit`'s record types and [`progress`](mod@super::progress)'s types only.
 //!
 //! **Which nodes are a scale-up's.** Nodes carry no scale-up id, so they are attributed first
 //! come, first served: per node group, open scale-ups in request order each take the oldest
@@ -20,9 +21,9 @@
 
 use std::collections::BTreeMap;
 
-use super::record::{Outcome, Phase};
+use super::progress::{GangProgress, NodeProgress};
 use super::track::{Key, Observation, Open};
-use crate::model::{GangProgress, NodeProgress};
+use crate::audit::{Outcome, Phase};
 
 /// One node group's instances, as the backend and the API server show them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -207,9 +208,9 @@ fn observe_one(open: &Open, share: &Share, facts: &Facts) -> Observation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::record::{Event, Record, Verdict};
-    use crate::audit::track::test_support::{decision, gang as gang_id};
-    use crate::audit::track::{Timeouts, Tracker};
+    use crate::audit::{Event, Record, Verdict};
+    use crate::scaleup::test_support::{decision, gang as gang_id};
+    use crate::scaleup::track::{Timeouts, Tracker};
 
     fn open(id: &str, at_ms: i64, nodes: u32, gang: Option<&str>) -> Open {
         Open {

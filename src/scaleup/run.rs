@@ -1,7 +1,8 @@
-//! The lifecycle loop: every `lifecycle.interval`, compare each open scale-up with the cluster
-//! and record how far it has come. I/O lives here (the cluster view's stores, the backends'
-//! instance lists, the audit log, events); the decisions are the pure
-//! [`audit::observe`](crate::audit::observe()) and [`Tracker`](crate::audit::Tracker).
+//! [`Loop`], the I/O of the scale-up lifecycle: every `lifecycle.interval`, compare each open
+//! scale-up with the cluster and record how far it has come. I/O lives here (the cluster
+//! view's stores, the backends' instance lists through [`InstanceSource`], the audit log,
+//! events); the decisions are the pure [`observe`](super::observe()) and
+//! [`Tracker`](super::Tracker).
 //!
 //! Each tick:
 //! 1. sets the pending-gang gauge and adds pending gang-seconds since the last tick;
@@ -12,50 +13,95 @@
 //!    ([`Recorder::reconcile`]), then updates the metrics and publishes the events each one
 //!    implies. A record that could not be appended is computed again at the next tick, so
 //!    metrics and events follow the log: once per record, never for a record not written.
+//!
+//! Depends on `cluster` (the view), `audit` (record types), `events` (the publisher), `metrics`
+//! and `model`. It reaches the backends only through [`InstanceSource`], which the engine
+//! implements, and reads the clock it is given.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Node;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::audit::{Appended, Event, Facts, GroupFacts, Outcome, Recorder};
+use super::events::events_for;
+use super::observe::{Facts, GroupFacts, observe};
+use super::progress::{node_progress, progress};
+use super::recorder::{Appended, Recorder};
+use crate::audit::{Event, Outcome};
 use crate::cluster::{self, ClusterView};
-use crate::engine::{self, Engine};
 use crate::events::EventPublisher;
 use crate::metrics::{GroupLabels, Metrics, ScaleUpOutcomeLabels};
-use crate::model::InstanceState;
-use k8s_openapi::api::core::v1::Node;
+use crate::model::{Instance, InstanceState};
+
+/// Why a node group's instances could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstancesError {
+    /// No node group has this id (it was removed from the configuration).
+    #[error("node group {0:?} not found")]
+    GroupNotFound(String),
+    /// The backend failed to list them; retried at the next tick.
+    #[error(transparent)]
+    Backend(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Where the loop reads a node group's instances: the engine, which routes the group to its
+/// provisioning backend.
+#[async_trait]
+pub trait InstanceSource: Send + Sync {
+    /// The instances of node group `group`, as its backend lists them.
+    ///
+    /// # Errors
+    /// [`InstancesError::GroupNotFound`] for a group no longer configured, else
+    /// [`InstancesError::Backend`].
+    async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError>;
+}
 
 /// Drives open scale-ups to their outcomes (see the module docs).
-#[derive(Debug)]
-pub struct Lifecycle {
+pub struct Loop {
     recorder: Arc<Recorder>,
     view: Arc<ClusterView>,
-    engine: Arc<Engine>,
+    instances: Arc<dyn InstanceSource>,
     metrics: Arc<Metrics>,
     events: Option<EventPublisher>,
     interval: Duration,
+    now_ms: fn() -> i64,
 }
 
-impl Lifecycle {
-    /// A loop over `recorder`'s open scale-ups, observing `view` and `engine`'s backends.
+impl std::fmt::Debug for Loop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loop")
+            .field("recorder", &self.recorder)
+            .field("view", &self.view)
+            .field("events", &self.events)
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Loop {
+    /// A loop over `recorder`'s open scale-ups, observing `view` and the backends behind
+    /// `instances` every `interval`; `now_ms` is the wall clock, in unix milliseconds.
     pub fn new(
         recorder: Arc<Recorder>,
         view: Arc<ClusterView>,
-        engine: Arc<Engine>,
+        instances: Arc<dyn InstanceSource>,
         metrics: Arc<Metrics>,
         events: Option<EventPublisher>,
         interval: Duration,
+        now_ms: fn() -> i64,
     ) -> Self {
         Self {
             recorder,
             view,
-            engine,
+            instances,
             metrics,
             events,
             interval,
+            now_ms,
         }
     }
 
@@ -72,7 +118,7 @@ impl Lifecycle {
             if !self.view.is_ready() {
                 continue;
             }
-            let now_ms = engine::now_ms();
+            let now_ms = (self.now_ms)();
             self.tick(now_ms, last_ms).await;
             last_ms = Some(now_ms);
         }
@@ -98,7 +144,7 @@ impl Lifecycle {
         }
         let mut facts = Facts {
             groups: BTreeMap::new(),
-            gangs: cluster::progress(&snapshot, &view, &self.view.volume_attachments())
+            gangs: progress(&snapshot, &view, &self.view.volume_attachments())
                 .into_iter()
                 .map(|(g, p)| ((g.namespace, g.name), p))
                 .collect(),
@@ -110,7 +156,7 @@ impl Lifecycle {
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
             .collect();
         for group in groups {
-            match self.engine.nodes(group).await {
+            match self.instances.instances(group).await {
                 Ok(instances) => {
                     let mut g = GroupFacts::default();
                     for i in instances {
@@ -118,14 +164,14 @@ impl Lifecycle {
                             g.failed
                                 .push(format!("{}: {}: {}", i.node_name, e.code, e.message));
                         } else if let Some(node) = nodes.get(i.node_name.as_str()) {
-                            g.nodes.extend(cluster::node_progress(node));
+                            g.nodes.extend(node_progress(node));
                         } else if i.state != InstanceState::Deleting {
                             g.pending += 1;
                         }
                     }
                     facts.groups.insert(group.to_owned(), g);
                 }
-                Err(engine::Error::GroupNotFound(_)) => {
+                Err(InstancesError::GroupNotFound(_)) => {
                     // Removed from the configuration: no nodes will come, but the gang may
                     // still form elsewhere, and the timeouts must still end the lifecycle.
                     facts.groups.insert(group.to_owned(), GroupFacts::default());
@@ -135,7 +181,7 @@ impl Lifecycle {
                 }
             }
         }
-        let observed = crate::audit::observe(&open, &facts);
+        let observed = observe(&open, &facts);
         let appended = match self
             .recorder
             .reconcile(now_ms, |o| observed.get(&o.key()).cloned())
@@ -159,7 +205,7 @@ impl Lifecycle {
     fn account(&self, a: &Appended) {
         count(&self.metrics, a);
         if let Some(events) = &self.events {
-            events.lifecycle(a);
+            events.publish(events_for(a));
         }
     }
 }
@@ -240,7 +286,8 @@ fn count(m: &Metrics, a: &Appended) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::{GangId, Open, OutcomeEvent, Phase, PhaseEvent, Record};
+    use crate::audit::{GangId, OutcomeEvent, Phase, PhaseEvent, Record};
+    use crate::scaleup::Open;
 
     fn gang() -> Option<GangId> {
         Some(GangId {
