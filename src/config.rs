@@ -159,16 +159,22 @@ pub struct LifecycleSettings {
     /// Time after the gang formed by which its volumes must be attached; past it the lifecycle
     /// ends with the `attachFailed` outcome (`lifecycle.attachTimeout`).
     pub attach_timeout: Duration,
+    /// Keep the nodes of a scale-up whose gang has not reached its outcome out of CA's
+    /// scale-down (`lifecycle.scaleDownProtection`). Has no effect under `admission.policy:
+    /// off`.
+    pub scale_down_protection: bool,
 }
 
 impl Default for LifecycleSettings {
-    /// 5s interval, 15m registration, 30m formation and 10m attach timeouts.
+    /// 5s interval, 15m registration, 30m formation and 10m attach timeouts, scale-down
+    /// protection on.
     fn default() -> Self {
         Self {
             interval: Duration::from_secs(5),
             registration_timeout: Duration::from_secs(15 * 60),
             formation_timeout: Duration::from_secs(30 * 60),
             attach_timeout: Duration::from_secs(10 * 60),
+            scale_down_protection: true,
         }
     }
 }

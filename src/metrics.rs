@@ -101,6 +101,8 @@ pub struct Metrics {
     pub preemptions: Family<GroupLabels, Counter>,
     /// Scale-up lifecycles open now.
     pub scale_ups_open: Gauge,
+    /// Nodes gangscaler keeps out of CA's scale-down now because their gang is forming.
+    pub scale_up_protected_nodes: Gauge,
     /// Gangs pending now (fewer than minCount members placed, not reported scheduled).
     pub gangs_pending: Gauge,
     /// Sum over time of pending gangs: gang-seconds spent pending.
@@ -150,6 +152,7 @@ impl Metrics {
         let attach_failures = Family::<GroupLabels, Counter>::default();
         let preemptions = Family::<GroupLabels, Counter>::default();
         let scale_ups_open = Gauge::default();
+        let scale_up_protected_nodes = Gauge::default();
         let gangs_pending = Gauge::default();
         let gangs_pending_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
         {
@@ -192,6 +195,11 @@ impl Metrics {
                 "open",
                 "scale-up lifecycles not ended yet",
                 scale_ups_open.clone(),
+            );
+            s.register(
+                "protected_nodes",
+                "nodes kept out of CA's scale-down (scale-down-disabled) while their gang forms",
+                scale_up_protected_nodes.clone(),
             );
             let g = registry.sub_registry_with_prefix("gangs");
             g.register(
@@ -260,6 +268,7 @@ impl Metrics {
             attach_failures,
             preemptions,
             scale_ups_open,
+            scale_up_protected_nodes,
             gangs_pending,
             gangs_pending_seconds,
         }

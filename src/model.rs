@@ -16,6 +16,6 @@ pub use instance::{ErrorClass, ErrorCode, Instance, InstanceError, InstanceState
 pub use node_group::{
     AttachSimulation, AutoscalingOptionOverrides, AutoscalingOptions, BackendSpec, Capacity,
     GpuSpec, KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec, RdmaSpec,
-    SimulatedFailure, Taint, TaintEffect,
+    SimulatedFailure, Taint, TaintEffect, millis,
 };
 pub use template::TemplateNode;

@@ -24,6 +24,8 @@
 //!   [`AuditLog`](crate::audit::AuditLog) (append, then apply) and rebuilds it on restart, so
 //!   no record is written twice or lost.
 //! - [`events`]: the Kubernetes Events each appended record produces. Pure.
+//! - [`protect`]: which nodes CA's scale-down must leave alone while their gang forms, and
+//!   the node annotations that say so (pure plan, one patch per change).
 //! - [`run`]: [`Loop`], the I/O: every `lifecycle.interval` it gathers the facts, reconciles,
 //!   and updates the metrics and events. It lists a group's instances through
 //!   [`InstanceSource`], which the engine implements.
@@ -34,6 +36,7 @@
 pub mod events;
 pub mod observe;
 pub mod progress;
+pub mod protect;
 pub mod recorder;
 pub mod run;
 pub mod track;
@@ -45,6 +48,7 @@ mod test_support;
 
 pub use observe::{Facts, GroupFacts, observe};
 pub use progress::{GangProgress, NodeProgress, node_progress, progress};
+pub use protect::Marker;
 pub use recorder::{Appended, Recorder, Resumed};
 pub use run::{InstanceSource, InstancesError, Loop};
 pub use track::{Key, Observation, Open, Timeouts, Tracker};

@@ -235,19 +235,30 @@ impl Server {
         let engine = Arc::new(engine);
         let lifecycle = match (&recorder_handle, &view) {
             (Some(recorder), Some(view)) => {
+                // Under `off` gangscaler does not second-guess CA, scale-down included.
+                let protect = lifecycle_settings.scale_down_protection
+                    && policy != crate::planner::Policy::Off;
                 info!(
                     interval_ms = lifecycle_settings.interval.as_millis(),
+                    scale_down_protection = protect,
                     "scale-up lifecycle tracking active"
                 );
-                Some(crate::scaleup::Loop::new(
+                let mut lifecycle = crate::scaleup::Loop::new(
                     recorder.clone(),
                     view.clone(),
                     engine.clone(),
                     metrics.clone(),
-                    publisher,
                     lifecycle_settings.interval,
                     engine::now_ms,
-                ))
+                );
+                if let Some(events) = publisher {
+                    lifecycle = lifecycle.with_events(events);
+                }
+                if let Some(client) = &client {
+                    lifecycle = lifecycle
+                        .with_protection(crate::scaleup::Marker::new(client.clone()), protect);
+                }
+                Some(lifecycle)
             }
             _ => None,
         };

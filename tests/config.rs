@@ -1258,7 +1258,7 @@ fn template_of_a_group_without_capacity_explains_why() {
 #[test]
 fn a_kwok_group_reads_its_delays_failure_and_attach_simulation() {
     let yaml = gpu_a_plus(
-        "backend:\n  type: kwok\n  provisionDelay: 3s\n  failure: {afterInstances: 2, code: quotaExceeded}\n  attach: {delay: 500ms, failDriver: broken.csi.example.com}\n",
+        "backend:\n  type: kwok\n  provisionDelay: 3s\n  provisionStagger: 10s\n  failure: {afterInstances: 2, code: quotaExceeded}\n  attach: {delay: 500ms, failDriver: broken.csi.example.com}\n",
     );
     let provider = format!(
         "{PROVIDER}kubernetes:\n  kubeconfig: kube/config\n  stateNamespace: gangscaler\n  stateConfigMap: gs-state\n"
@@ -1281,6 +1281,12 @@ fn a_kwok_group_reads_its_delays_failure_and_attach_simulation() {
         )
     };
     assert_eq!(kwok.provision_delay, std::time::Duration::from_secs(3));
+    assert_eq!(kwok.provision_stagger, std::time::Duration::from_secs(10));
+    assert_eq!(
+        kwok.due_times(1_000, 3).collect::<Vec<_>>(),
+        [4_000, 14_000, 24_000],
+        "node i of a request is due delay + i x stagger after it"
+    );
     let failure = kwok.failure.as_ref().expect("failure");
     assert_eq!(failure.after_instances, 2);
     assert_eq!(failure.code.as_str(), "quotaExceeded");
@@ -1293,9 +1299,35 @@ fn a_kwok_group_reads_its_delays_failure_and_attach_simulation() {
 }
 
 #[test]
+fn a_device_delay_without_rdma_is_reported_and_with_rdma_is_read() {
+    let errs = ConfigDir::new(PROVIDER)
+        .group(
+            "gpu-a.yaml",
+            &gpu_a_plus("backend: {type: kwok, deviceDelay: 30s}\n"),
+        )
+        .errors();
+    assert_count(&errs, 1);
+    let e = expect_error(&errs, "gpu-a.yaml", "backend.deviceDelay", None);
+    assert!(e.message.contains("rdma"), "{e}");
+    let loaded = ConfigDir::new(PROVIDER)
+        .group(
+            "gpu-a.yaml",
+            &gpu_a_plus(
+                "rdma: {resourceName: rdma/ib, devices: 8, bandwidthGbps: 3200}\nbackend: {type: kwok, deviceDelay: 30s}\n",
+            ),
+        )
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let BackendSpec::Kwok(kwok) = &loaded.groups[0].backend else {
+        panic!("kwok backend expected")
+    };
+    assert_eq!(kwok.device_delay, std::time::Duration::from_secs(30));
+}
+
+#[test]
 fn a_kwok_group_without_capacity_and_a_bad_state_namespace_are_reported() {
     let no_capacity = GPU_A[..GPU_A.find("capacity:").expect("capacity in GPU_A")].to_owned()
-        + "backend: {type: kwok, attach: {dely: 1s}}\n";
+        + "backend: {type: kwok, provisionStagger: never, attach: {dely: 1s}}\n";
     let provider = format!("{PROVIDER}kubernetes: {{stateNamespace: Not_A_Namespace}}\n");
     let errs = ConfigDir::new(&provider)
         .group("gpu-a.yaml", &no_capacity)
@@ -1305,11 +1337,17 @@ fn a_kwok_group_without_capacity_and_a_bad_state_namespace_are_reported() {
     expect_error(&errs, "gpu-a.yaml", "backend.attach.dely", Some("\"1s\""));
     expect_error(
         &errs,
+        "gpu-a.yaml",
+        "backend.provisionStagger",
+        Some("\"never\""),
+    );
+    expect_error(
+        &errs,
         "provider.yaml",
         "kubernetes.stateNamespace",
         Some("\"Not_A_Namespace\""),
     );
-    assert_count(&errs, 3);
+    assert_count(&errs, 4);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1333,6 +1371,7 @@ fn an_absent_lifecycle_section_takes_the_documented_defaults() {
     assert_eq!(lifecycle.registration_timeout, Duration::from_secs(15 * 60));
     assert_eq!(lifecycle.formation_timeout, Duration::from_secs(30 * 60));
     assert_eq!(lifecycle.attach_timeout, Duration::from_secs(10 * 60));
+    assert!(lifecycle.scale_down_protection);
 }
 
 #[test]
@@ -1346,7 +1385,7 @@ fn the_shipped_provider_file_sets_the_default_lifecycle() {
 #[test]
 fn a_full_lifecycle_section_is_read() {
     let provider = provider_with_lifecycle(
-        "  interval: 250ms\n  registrationTimeout: 20m\n  formationTimeout: 1h30m\n  attachTimeout: 45s\n",
+        "  interval: 250ms\n  registrationTimeout: 20m\n  formationTimeout: 1h30m\n  attachTimeout: 45s\n  scaleDownProtection: false\n",
     );
     let loaded = ConfigDir::new(&provider)
         .group("gpu-a.yaml", GPU_A)
@@ -1359,6 +1398,7 @@ fn a_full_lifecycle_section_is_read() {
             registration_timeout: Duration::from_secs(20 * 60),
             formation_timeout: Duration::from_secs(90 * 60),
             attach_timeout: Duration::from_secs(45),
+            scale_down_protection: false,
         }
     );
 }
@@ -1376,6 +1416,21 @@ fn a_partial_lifecycle_section_keeps_the_other_defaults() {
             formation_timeout: Duration::from_secs(2 * 60 * 60),
             ..LifecycleSettings::default()
         }
+    );
+}
+
+#[test]
+fn a_scale_down_protection_that_is_not_a_bool_is_reported() {
+    let provider = provider_with_lifecycle("  scaleDownProtection: sometimes\n");
+    let errs = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .errors();
+    assert_count(&errs, 1);
+    expect_error(
+        &errs,
+        "provider.yaml",
+        "lifecycle.scaleDownProtection",
+        Some("\"sometimes\""),
     );
 }
 

@@ -7,7 +7,7 @@
 //! Memory: pods, by far the most numerous objects, are not kept as `k8s-openapi` objects but as
 //! [`CompactPod`]s (a few hundred bytes each instead of ~14 KB) in our own [`PodStore`], which
 //! snapshots share instead of copying. Every other object loses `managedFields`; nodes also lose
-//! annotations and their image list, see [`slim_node`].
+//! annotations (but those of scale-down protection) and their image list, see [`slim_node`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -25,6 +25,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::objects::{PodEntry, PodSet};
 use super::{CompactPod, GangObject, ObjectSet, PodKey, adapters};
+use crate::model::labels;
 
 /// Errors starting the cluster view.
 #[derive(Debug, thiserror::Error)]
@@ -230,11 +231,13 @@ impl std::fmt::Debug for ClusterView {
     }
 }
 
-/// Drops what no consumer reads from a node: managed fields, annotations and the image list
-/// (often the largest part of a Node).
+/// Drops what no consumer reads from a node: managed fields, the image list (often the
+/// largest part of a Node) and every annotation but the two of scale-down protection.
 pub fn slim_node(node: &mut Node) {
     node.metadata.managed_fields = None;
-    node.metadata.annotations = None;
+    if let Some(a) = node.metadata.annotations.as_mut() {
+        a.retain(|k, _| k == labels::SCALE_DOWN_DISABLED || k == labels::SCALE_DOWN_PROTECTED_FOR);
+    }
     if let Some(status) = node.status.as_mut() {
         status.images = None;
     }

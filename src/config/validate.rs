@@ -212,6 +212,13 @@ fn lifecycle_settings(
             LIFECYCLE_TIMEOUT,
             errs,
         ),
+        scale_down_protection: defaults.scale_down_protection,
+    };
+    let settings = LifecycleSettings {
+        scale_down_protection: l
+            .bool("scaleDownProtection", errs)
+            .unwrap_or(defaults.scale_down_protection),
+        ..settings
     };
     l.finish(errs);
     settings
@@ -510,6 +517,17 @@ pub fn node_group(
             "is required by the kwok backend, which creates Node objects from the template",
         );
     }
+    if let Some(BackendSpec::Kwok(k)) = &backend
+        && !k.device_delay.is_zero()
+        && rdma.is_none()
+        && !g.has("rdma")
+    {
+        errs.push(
+            "backend.deviceDelay",
+            None,
+            "delays the RDMA resources, so it requires an `rdma` section",
+        );
+    }
     let autoscaling_options = g.obj("autoscalingOptions", errs).map(|o| options(o, errs));
     g.finish(errs);
     Some(NodeGroupSpec {
@@ -688,6 +706,10 @@ fn backend(mut o: Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
         }
         "kwok" => {
             let provision_delay = o.duration("provisionDelay", errs).unwrap_or(Duration::ZERO);
+            let provision_stagger = o
+                .duration("provisionStagger", errs)
+                .unwrap_or(Duration::ZERO);
+            let device_delay = o.duration("deviceDelay", errs).unwrap_or(Duration::ZERO);
             let failure = o.obj("failure", errs).and_then(|f| failure(f, errs));
             let attach = o.obj("attach", errs).map(|mut a| {
                 let delay = a.duration("delay", errs).unwrap_or(Duration::ZERO);
@@ -697,6 +719,8 @@ fn backend(mut o: Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
             });
             Some(BackendSpec::Kwok(KwokBackendSpec {
                 provision_delay,
+                provision_stagger,
+                device_delay,
                 failure,
                 attach,
             }))

@@ -27,6 +27,11 @@ pub const CSI_ATTACH_LIMITS: &str = "gangscaler.io/csi-attach-limits";
 pub const RDMA_BANDWIDTH: &str = "gangscaler.io/rdma-bandwidth-gbps";
 /// Annotation CA puts on fake nodes it builds from instances.
 pub const CA_FAKE_NODE_REASON: &str = "k8s.io/cluster-autoscaler/fake-node-reason";
+/// CA's node annotation that keeps a node out of scale-down when `"true"`.
+pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+/// Our marker next to [`SCALE_DOWN_DISABLED`]: the scale-up a node is protected for, so that
+/// gangscaler only ever removes the protection it set.
+pub const SCALE_DOWN_PROTECTED_FOR: &str = "gangscaler.io/scale-down-protected-for";
 
 /// Default GPU extended-resource name (NVIDIA device plugin).
 pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";

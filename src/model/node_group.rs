@@ -161,10 +161,33 @@ pub struct KwokBackendSpec {
     /// How long requested capacity stays not-yet-created before its Node object appears.
     #[serde(with = "humantime_serde_compat")]
     pub provision_delay: Duration,
+    /// Spacing between the nodes of one request: node `i` (from 0) is due `provision_delay +
+    /// i × provision_stagger` after the request, as a cloud bringing machines up one by one.
+    #[serde(with = "humantime_serde_compat")]
+    pub provision_stagger: Duration,
+    /// How long after a node registers its RDMA resources (devices and bandwidth) appear in
+    /// its capacity, as when the RDMA device plugin starts after the node is Ready. Zero
+    /// advertises them at once.
+    #[serde(with = "humantime_serde_compat")]
+    pub device_delay: Duration,
     /// Optional injected failure.
     pub failure: Option<SimulatedFailure>,
     /// Optional simulated CSI attacher for this group's nodes.
     pub attach: Option<AttachSimulation>,
+}
+
+impl KwokBackendSpec {
+    /// When each of `n` nodes requested at `now_ms` (unix milliseconds) is due, in order.
+    pub fn due_times(&self, now_ms: u64, n: u32) -> impl Iterator<Item = u64> + use<> {
+        let first = now_ms.saturating_add(millis(self.provision_delay));
+        let step = millis(self.provision_stagger);
+        (0..u64::from(n)).map(move |i| first.saturating_add(step.saturating_mul(i)))
+    }
+}
+
+/// `d` in whole milliseconds, saturating.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Which provisioning backend serves a group, with its settings.

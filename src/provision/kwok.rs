@@ -36,7 +36,7 @@ use crate::cluster::is_node_ready;
 use crate::config::KubernetesSettings;
 use crate::model::{
     BackendSpec, ErrorCode, Instance, InstanceError, InstanceState, KwokBackendSpec, NodeGroupId,
-    NodeGroupSpec, TemplateNode, labels,
+    NodeGroupSpec, TemplateNode, labels, millis,
 };
 
 /// Scheme of kwok instance ids: `kwok://<group>/<node name>`.
@@ -132,10 +132,6 @@ fn now_ms() -> u64 {
     .unwrap_or(u64::MAX)
 }
 
-fn duration_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// A short random suffix (base 36) for node names.
 fn random_suffix() -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -155,6 +151,8 @@ fn spec(group: &NodeGroupSpec) -> KwokBackendSpec {
         BackendSpec::Kwok(k) => k.clone(),
         BackendSpec::Memory(_) => KwokBackendSpec {
             provision_delay: Duration::ZERO,
+            provision_stagger: Duration::ZERO,
+            device_delay: Duration::ZERO,
             failure: None,
             attach: None,
         },
@@ -345,11 +343,11 @@ impl KwokProvisioner {
 
     /// A new group starts at min size, all of it requested now.
     fn initial_record(&self, group: &NodeGroupSpec) -> GroupRecord {
-        let due = now_ms().saturating_add(duration_ms(spec(group).provision_delay));
         GroupRecord {
             target: group.min_size,
-            pending: (0..group.min_size)
-                .map(|_| PendingNode {
+            pending: spec(group)
+                .due_times(now_ms(), group.min_size)
+                .map(|due| PendingNode {
                     name: format!("{}-{}", group.id, random_suffix()),
                     due_unix_ms: due,
                 })
@@ -367,8 +365,20 @@ impl KwokProvisioner {
             .map_err(|e| Self::backend_error(group, "listing nodes", &e))
     }
 
-    /// The Node object for `name`, built from the group's template.
+    /// The Node object for `name`, built from the group's template, without the resources a
+    /// device delay holds back.
     fn node_object(&self, group: &NodeGroupSpec, name: &str) -> Result<Node> {
+        self.node_object_with(group, name, &late_resources(group))
+    }
+
+    /// The Node object for `name`, built from the group's template, leaving out the resources
+    /// in `late`.
+    fn node_object_with(
+        &self,
+        group: &NodeGroupSpec,
+        name: &str,
+        late: &BTreeSet<String>,
+    ) -> Result<Node> {
         let template =
             TemplateNode::for_group(group, &self.gpu_label).ok_or_else(|| Error::Backend {
                 group: group.id.clone(),
@@ -383,6 +393,7 @@ impl KwokProvisioner {
         annotations.insert(CONTROLLER_ATTACH_ANNOTATION.to_owned(), "true".to_owned());
         let quantities = |m: &BTreeMap<String, String>| {
             m.iter()
+                .filter(|(k, _)| !late.contains(k.as_str()))
                 .map(|(k, v)| (k.clone(), Quantity(v.clone())))
                 .collect::<BTreeMap<_, _>>()
         };
@@ -611,7 +622,56 @@ impl KwokProvisioner {
             if let Err(e) = self.simulate_attach(&groups).await {
                 warn!(error = %e, "simulated CSI attacher failed; will retry");
             }
+            for g in &groups {
+                if let Err(e) = self.advertise_devices(g).await {
+                    warn!(node_group.id = %g.id, error = %e, "advertising late RDMA resources failed; will retry");
+                }
+            }
         }
+    }
+
+    /// Adds the RDMA resources held back by `deviceDelay` to the capacity and allocatable of
+    /// `group`'s nodes registered at least that long ago (a simulated device plugin).
+    ///
+    /// # Errors
+    /// A Kubernetes API failure.
+    pub async fn advertise_devices(&self, group: &NodeGroupSpec) -> Result<()> {
+        let late = late_resources(group);
+        if late.is_empty() {
+            return Ok(());
+        }
+        let delay = millis(spec(group).device_delay);
+        let now = now_ms();
+        for node in self.list_nodes(&group.id).await? {
+            let Some(name) = node.metadata.name.as_deref() else {
+                continue;
+            };
+            let has_all = node
+                .status
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref())
+                .is_some_and(|c| late.iter().all(|r| c.contains_key(r)));
+            let registered = node
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| u64::try_from(t.0.as_millisecond()).unwrap_or(0));
+            // Whole-second timestamps: count from the end of that second, as the attacher does.
+            if has_all || registered.saturating_add(1000).saturating_add(delay) > now {
+                continue;
+            }
+            let full = self.node_object_with(group, name, &BTreeSet::new())?;
+            let patch = serde_json::json!({ "status": {
+                "capacity": full.status.as_ref().and_then(|s| s.capacity.as_ref()),
+                "allocatable": full.status.as_ref().and_then(|s| s.allocatable.as_ref()),
+            }});
+            self.nodes_api()
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Self::backend_error(&group.id, "advertising RDMA resources", &e))?;
+            info!(node_group.id = %group.id, node.name = name, resources = ?late, "simulated device plugin advertised RDMA resources");
+        }
+        Ok(())
     }
 
     /// Marks VolumeAttachments on this backend's nodes attached (or failed) once their delay
@@ -672,7 +732,7 @@ impl KwokProvisioner {
             // so the simulated attach never comes earlier than the configured delay.
             if created
                 .saturating_add(1000)
-                .saturating_add(duration_ms(attach.delay))
+                .saturating_add(millis(attach.delay))
                 > now
             {
                 continue;
@@ -701,6 +761,17 @@ impl KwokProvisioner {
     }
 }
 
+/// The resources a `deviceDelay` holds back from new nodes: the group's RDMA device and
+/// bandwidth resources (none without a delay or without RDMA).
+fn late_resources(group: &NodeGroupSpec) -> BTreeSet<String> {
+    match &group.rdma {
+        Some(r) if !spec(group).device_delay.is_zero() => {
+            BTreeSet::from([r.resource_name.clone(), r.bandwidth_resource_name.clone()])
+        }
+        _ => BTreeSet::new(),
+    }
+}
+
 fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
 }
@@ -723,7 +794,7 @@ impl Provisioner for KwokProvisioner {
     }
 
     async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
-        let due = now_ms().saturating_add(duration_ms(spec(group).provision_delay));
+        let dues: Vec<u64> = spec(group).due_times(now_ms(), delta).collect();
         let (record, ()) = self
             .update(group, |r| {
                 let new = r.target.saturating_add(delta);
@@ -736,7 +807,7 @@ impl Provisioner for KwokProvisioner {
                     });
                 }
                 r.target = new;
-                for _ in 0..delta {
+                for &due in &dues {
                     r.pending.push(PendingNode {
                         name: format!("{}-{}", group.id, random_suffix()),
                         due_unix_ms: due,
@@ -745,7 +816,7 @@ impl Provisioner for KwokProvisioner {
                 Ok(())
             })
             .await?;
-        if due <= now_ms() {
+        if dues.first().is_some_and(|&due| due <= now_ms()) {
             self.materialize(group).await?;
         }
         Ok(record.target)

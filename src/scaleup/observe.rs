@@ -54,6 +54,8 @@ struct Share {
     registered: u32,
     ready: u32,
     failed: Vec<String>,
+    /// Names of the registered nodes.
+    nodes: Vec<String>,
 }
 
 /// The observation of every lifecycle in `open` that `facts` has news of (see the module
@@ -65,6 +67,15 @@ pub fn observe(open: &[Open], facts: &Facts) -> BTreeMap<Key, Observation> {
             let share = shares.get(&o.scale_up_id)?;
             Some((o.key(), observe_one(o, share, facts)))
         })
+        .collect()
+}
+
+/// The registered nodes each open scale-up got (see the module docs), by scale-up id; a
+/// scale-up of a group missing from `facts` is absent.
+pub fn attributed_nodes(open: &[Open], facts: &Facts) -> BTreeMap<String, Vec<String>> {
+    attribute(open, facts)
+        .into_iter()
+        .map(|(id, share)| (id, share.nodes))
         .collect()
 }
 
@@ -107,6 +118,7 @@ fn attribute(open: &[Open], facts: &Facts) -> BTreeMap<String, Share> {
                 }
                 if !taken[i] && node.created_unix >= since {
                     taken[i] = true;
+                    share.nodes.push(node.name.clone());
                     share.registered += 1;
                     share.ready += u32::from(node.ready);
                 }
@@ -320,6 +332,32 @@ mod tests {
         let obs = observe(&[first.clone(), second.clone()], &f);
         assert_eq!(obs[&first.key()].phase, Phase::NodesReady);
         assert_eq!(obs[&second.key()].phase, Phase::Requested);
+    }
+
+    #[test]
+    fn attributed_nodes_name_the_nodes_each_scale_up_took() {
+        let first = open("s1", 100_000, 1, None);
+        let second = open("s2", 105_000, 2, Some("a"));
+        let f = group(
+            vec![
+                node("old", 99, true),
+                node("a", 101, true),
+                node("b", 106, true),
+            ],
+            1,
+            &[],
+        );
+        let nodes = attributed_nodes(&[second, first], &f);
+        assert_eq!(nodes["s1"], ["a"]);
+        assert_eq!(
+            nodes["s2"],
+            ["b"],
+            "a not-yet-registered instance has no name"
+        );
+        assert!(
+            attributed_nodes(&[open("s3", 1, 1, None)], &Facts::default()).is_empty(),
+            "no news of the group, no attribution"
+        );
     }
 
     #[test]

@@ -28,11 +28,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::events::events_for;
-use super::observe::{Facts, GroupFacts, observe};
+use super::observe::{Facts, GroupFacts, attributed_nodes, observe};
 use super::progress::{node_progress, progress};
+use super::protect::{Marker, Marks, plan, wanted};
 use super::recorder::{Appended, Recorder};
+use super::track::Open;
 use crate::audit::{Event, Outcome};
-use crate::cluster::{self, ClusterView};
+use crate::cluster::{self, ClusterView, GangView, ObjectSet};
 use crate::events::EventPublisher;
 use crate::metrics::{GroupLabels, Metrics, ScaleUpOutcomeLabels};
 use crate::model::{Instance, InstanceState};
@@ -69,6 +71,8 @@ pub struct Loop {
     events: Option<EventPublisher>,
     interval: Duration,
     now_ms: fn() -> i64,
+    marker: Option<Marker>,
+    protect: bool,
 }
 
 impl std::fmt::Debug for Loop {
@@ -90,7 +94,6 @@ impl Loop {
         view: Arc<ClusterView>,
         instances: Arc<dyn InstanceSource>,
         metrics: Arc<Metrics>,
-        events: Option<EventPublisher>,
         interval: Duration,
         now_ms: fn() -> i64,
     ) -> Self {
@@ -99,10 +102,29 @@ impl Loop {
             view,
             instances,
             metrics,
-            events,
+            events: None,
             interval,
             now_ms,
+            marker: None,
+            protect: false,
         }
+    }
+
+    /// Publishes the Kubernetes Events of every appended record through `events`.
+    #[must_use]
+    pub fn with_events(mut self, events: EventPublisher) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// Keeps the nodes of forming gangs out of CA's scale-down through `marker` when
+    /// `protect` is true (see [`protect`](super::protect)); with `protect` false it only
+    /// removes the protection it finds it had set.
+    #[must_use]
+    pub fn with_protection(mut self, marker: Marker, protect: bool) -> Self {
+        self.marker = Some(marker);
+        self.protect = protect;
+        self
     }
 
     /// Runs until `shutdown` is cancelled.
@@ -138,19 +160,37 @@ impl Loop {
                 .inc_by(pending as f64 * secs);
         }
         let open = self.recorder.open_scale_ups();
-        if open.is_empty() {
-            self.metrics.scale_ups_open.set(0);
-            return;
-        }
+        let all_nodes = self.view.nodes();
+        let attributed = if open.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.follow(&open, &snapshot, &view, &all_nodes, now_ms)
+                .await
+        };
+        self.metrics
+            .scale_ups_open
+            .set(i64::try_from(self.recorder.open_count()).unwrap_or(i64::MAX));
+        self.protect_forming(&attributed, &all_nodes).await;
+    }
+
+    /// Gathers the facts of the `open` scale-ups, appends the records that bring them up to
+    /// date and accounts for each; returns the nodes each scale-up got.
+    async fn follow(
+        &self,
+        open: &[Open],
+        snapshot: &ObjectSet,
+        view: &GangView,
+        all_nodes: &[Arc<Node>],
+        now_ms: i64,
+    ) -> BTreeMap<String, Vec<String>> {
         let mut facts = Facts {
             groups: BTreeMap::new(),
-            gangs: progress(&snapshot, &view, &self.view.volume_attachments())
+            gangs: progress(snapshot, view, &self.view.volume_attachments())
                 .into_iter()
                 .map(|(g, p)| ((g.namespace, g.name), p))
                 .collect(),
         };
         let groups: BTreeSet<&str> = open.iter().map(|o| o.node_group.as_str()).collect();
-        let all_nodes = self.view.nodes();
         let nodes: HashMap<&str, &Node> = all_nodes
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
@@ -181,7 +221,7 @@ impl Loop {
                 }
             }
         }
-        let observed = observe(&open, &facts);
+        let observed = observe(open, &facts);
         let appended = match self
             .recorder
             .reconcile(now_ms, |o| observed.get(&o.key()).cloned())
@@ -196,9 +236,52 @@ impl Loop {
         for a in &appended {
             self.account(a);
         }
+        attributed_nodes(open, &facts)
+    }
+
+    /// Marks the nodes of scale-ups whose gang lifecycle is still open (after this tick's
+    /// records) and releases the nodes whose scale-up ended. A failed patch is retried at the
+    /// next tick.
+    async fn protect_forming(
+        &self,
+        attributed: &BTreeMap<String, Vec<String>>,
+        all_nodes: &[Arc<Node>],
+    ) {
+        let Some(marker) = &self.marker else {
+            return;
+        };
+        let wanted = if self.protect {
+            wanted(&self.recorder.open_scale_ups(), attributed)
+        } else {
+            BTreeMap::new()
+        };
+        let marks: Vec<Marks> = all_nodes.iter().filter_map(|n| Marks::of(n)).collect();
+        let changes = plan(&wanted, &marks);
+        let mut protected = changes.protected;
+        for (node, id) in &changes.protect {
+            match marker.set(node, Some(id)).await {
+                Ok(()) => {
+                    info!(node.name = %node, scale_up.id = %id, "node kept out of scale-down while its gang forms");
+                }
+                Err(e) => {
+                    protected -= 1;
+                    warn!(node.name = %node, scale_up.id = %id, error = %e, "protecting a node from scale-down failed; will retry");
+                }
+            }
+        }
+        for node in &changes.release {
+            match marker.set(node, None).await {
+                Ok(()) => info!(node.name = %node, "scale-down protection released"),
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => {
+                    protected += 1;
+                    warn!(node.name = %node, error = %e, "releasing a node's scale-down protection failed; will retry");
+                }
+            }
+        }
         self.metrics
-            .scale_ups_open
-            .set(i64::try_from(self.recorder.open_count()).unwrap_or(i64::MAX));
+            .scale_up_protected_nodes
+            .set(i64::try_from(protected).unwrap_or(i64::MAX));
     }
 
     /// Metrics, log line and events for one appended record.
