@@ -145,7 +145,8 @@ pub struct AuditSettings {
 }
 
 /// How scale-up lifecycles are tracked after an accepted `NodeGroupIncreaseSize`: how often
-/// the open ones are compared with the cluster, and when each ends in a timeout outcome.
+/// the open ones are compared with the cluster, when each ends in a timeout outcome, and when
+/// a pending gang the scheduler has recorded no verdict on is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LifecycleSettings {
     /// How often open scale-ups are compared with the cluster (`lifecycle.interval`).
@@ -159,16 +160,22 @@ pub struct LifecycleSettings {
     /// Time after the gang formed by which its volumes must be attached; past it the lifecycle
     /// ends with the `attachFailed` outcome (`lifecycle.attachTimeout`).
     pub attach_timeout: Duration,
+    /// Age after which a whole pending gang none of whose members carries a scheduler verdict
+    /// (a `PodScheduled` condition) is reported as unseen by Cluster Autoscaler
+    /// (`lifecycle.noVerdictAfter`).
+    pub no_verdict_after: Duration,
 }
 
 impl Default for LifecycleSettings {
-    /// 5s interval, 15m registration, 30m formation and 10m attach timeouts.
+    /// 5s interval, 15m registration, 30m formation and 10m attach timeouts, 2m before a gang
+    /// without scheduler verdicts is reported.
     fn default() -> Self {
         Self {
             interval: Duration::from_secs(5),
             registration_timeout: Duration::from_secs(15 * 60),
             formation_timeout: Duration::from_secs(30 * 60),
             attach_timeout: Duration::from_secs(10 * 60),
+            no_verdict_after: Duration::from_secs(2 * 60),
         }
     }
 }

@@ -237,17 +237,21 @@ impl Server {
             (Some(recorder), Some(view)) => {
                 info!(
                     interval_ms = lifecycle_settings.interval.as_millis(),
+                    no_verdict_after_ms = lifecycle_settings.no_verdict_after.as_millis(),
                     "scale-up lifecycle tracking active"
                 );
-                Some(crate::scaleup::Loop::new(
-                    recorder.clone(),
-                    view.clone(),
-                    engine.clone(),
-                    metrics.clone(),
-                    publisher,
-                    lifecycle_settings.interval,
-                    engine::now_ms,
-                ))
+                Some(
+                    crate::scaleup::Loop::new(
+                        recorder.clone(),
+                        view.clone(),
+                        engine.clone(),
+                        metrics.clone(),
+                        publisher,
+                        lifecycle_settings.interval,
+                        engine::now_ms,
+                    )
+                    .with_no_verdict_after(lifecycle_settings.no_verdict_after),
+                )
             }
             _ => None,
         };
