@@ -122,6 +122,8 @@ fn gang(i: usize) -> Gang {
                 pod: format!("{name}-worker-{p:02}"),
                 node: None,
                 demand: d.clone(),
+                verdict: true,
+                scheduler_name: None,
             })
             .collect(),
         priority: (i % 5) as i32,

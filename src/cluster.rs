@@ -1,11 +1,12 @@
 //! The bridge from Kubernetes objects to the internal gang model: an I/O-free snapshot of the
 //! objects we read ([`ObjectSet`]), one adapter per gang-scheduling API version
 //! ([`adapters`]), the join of pods to their gangs ([`gangs`]) and per-pod resource demand as
-//! the scheduler computes it ([`demand`]), and a Node's readiness ([`is_node_ready`]). How far
-//! a scale-up's gangs have come is computed from these objects in `scaleup`. Depends on
-//! `model`, `k8s-openapi` and serde; it does no I/O except in [`watch`], whose watchers fill an
-//! [`ObjectSet`]. Pods are kept as [`CompactPod`]s, a few hundred bytes each, shared between
-//! the watchers and snapshots.
+//! the scheduler computes it ([`demand`]), a Node's readiness ([`is_node_ready`]), and the
+//! gangs Cluster Autoscaler cannot see because the scheduler recorded no verdict on their
+//! members ([`unseen()`]). How far a scale-up's gangs have come is computed from these objects
+//! in `scaleup`. Depends on `model`, `k8s-openapi` and serde; it does no I/O except in
+//! [`watch`], whose watchers fill an [`ObjectSet`]. Pods are kept as [`CompactPod`]s, a few
+//! hundred bytes each, shared between the watchers and snapshots.
 //!
 //! | Kubernetes | Group version | Gang object | Pod link |
 //! |---|---|---|---|
@@ -20,6 +21,7 @@ mod node;
 mod objects;
 mod pod;
 mod problem;
+mod unseen;
 mod v1alpha1;
 mod v1alpha2;
 mod v1beta1;
@@ -44,6 +46,7 @@ pub use node::is_node_ready;
 pub use objects::{GangObject, ObjectSet};
 pub use pod::{CompactPod, PodKey, PodLink};
 pub use problem::{Issue, ObjectRef, Problem};
+pub use unseen::{Unseen, unseen};
 pub use watch::{ClusterView, PodStore, PodWriter, WatchError};
 
 /// Where in the input an object came from.

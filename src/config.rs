@@ -145,7 +145,8 @@ pub struct AuditSettings {
 }
 
 /// How scale-up lifecycles are tracked after an accepted `NodeGroupIncreaseSize`: how often
-/// the open ones are compared with the cluster, and when each ends in a timeout outcome.
+/// the open ones are compared with the cluster, when each ends in a timeout outcome, and when
+/// a pending gang the scheduler has recorded no verdict on is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LifecycleSettings {
     /// How often open scale-ups are compared with the cluster (`lifecycle.interval`).
@@ -163,11 +164,15 @@ pub struct LifecycleSettings {
     /// scale-down (`lifecycle.scaleDownProtection`). Has no effect under `admission.policy:
     /// off`.
     pub scale_down_protection: bool,
+    /// Age after which a whole pending gang none of whose members carries a scheduler verdict
+    /// (a `PodScheduled` condition) is reported as unseen by Cluster Autoscaler
+    /// (`lifecycle.noVerdictAfter`).
+    pub no_verdict_after: Duration,
 }
 
 impl Default for LifecycleSettings {
     /// 5s interval, 15m registration, 30m formation and 10m attach timeouts, scale-down
-    /// protection on.
+    /// protection on, 2m before a gang without scheduler verdicts is reported.
     fn default() -> Self {
         Self {
             interval: Duration::from_secs(5),
@@ -175,6 +180,7 @@ impl Default for LifecycleSettings {
             formation_timeout: Duration::from_secs(30 * 60),
             attach_timeout: Duration::from_secs(10 * 60),
             scale_down_protection: true,
+            no_verdict_after: Duration::from_secs(2 * 60),
         }
     }
 }

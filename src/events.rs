@@ -1,6 +1,7 @@
 //! Kubernetes Events on the gang object itself (the PodGroup, or the Workload for
 //! `v1alpha1`), so `kubectl describe podgroup` shows why a scale-up happened or did not, when
-//! the gang formed, when its volumes attached and how the scale-up ended. This module holds the
+//! the gang formed, when its volumes attached and how the scale-up ended, or that Cluster
+//! Autoscaler cannot see the gang because the scheduler never tried it. This module holds the
 //! publisher, every reason we use and the events of an admission decision; the events of a
 //! scale-up's lifecycle records are built in `scaleup`, which hands them to
 //! [`EventPublisher::publish`]. Events are best effort: a failure to publish is logged, never
@@ -29,6 +30,9 @@ pub const REASON_VOLUMES_ATTACHED: &str = "ScaleUpVolumesAttached";
 pub const REASON_SUCCEEDED: &str = "ScaleUpSucceeded";
 /// Reason of an event for a gang whose scale-up failed.
 pub const REASON_FAILED: &str = "ScaleUpFailed";
+/// Reason of a warning for a pending gang none of whose members carries a scheduler verdict,
+/// so Cluster Autoscaler, which scales up only for pods marked `Unschedulable`, cannot see it.
+pub const REASON_NOT_SEEN: &str = "GangNotSeenByAutoscaler";
 /// At most this many gangs get an event per decision.
 const MAX_EVENTS_PER_DECISION: usize = 20;
 

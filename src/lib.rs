@@ -26,7 +26,7 @@
 //! - [`config`]: YAML loading with environment overrides and all-errors-at-once validation.
 //! - [`planner`]: pure whole-gang fitting and the admission decision.
 //! - [`cluster`]: Kubernetes objects to the gang model: API-version adapters, pod demand,
-//!   the watchers and their snapshot.
+//!   the watchers and their snapshot, and the gangs Cluster Autoscaler cannot see.
 //! - [`provision`]: the provisioning backend trait and the in-memory and kwok backends.
 //! - [`audit`]: the durable audit log, its record types, reader and report.
 //! - [`events`]: the Kubernetes Event publisher and the events of admission decisions.

@@ -107,6 +107,9 @@ pub struct Metrics {
     pub gangs_pending: Gauge,
     /// Sum over time of pending gangs: gang-seconds spent pending.
     pub gangs_pending_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    /// Pending gangs Cluster Autoscaler cannot see now: no member carries a scheduler verdict
+    /// after `lifecycle.noVerdictAfter`.
+    pub gangs_without_verdict: Gauge,
 }
 
 /// Buckets for scale-up and formation times: 5 s to 1 h, minute-scale in the middle.
@@ -155,6 +158,7 @@ impl Metrics {
         let scale_up_protected_nodes = Gauge::default();
         let gangs_pending = Gauge::default();
         let gangs_pending_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        let gangs_without_verdict = Gauge::default();
         {
             use prometheus_client::registry::Unit;
             let s = registry.sub_registry_with_prefix("scaleup");
@@ -212,6 +216,11 @@ impl Metrics {
                 "gang-seconds spent pending, summed over gangs",
                 Unit::Seconds,
                 gangs_pending_seconds.clone(),
+            );
+            g.register(
+                "without_verdict",
+                "pending gangs whose members have had no scheduler verdict (PodScheduled condition) for lifecycle.noVerdictAfter, so Cluster Autoscaler cannot see them",
+                gangs_without_verdict.clone(),
             );
         }
         registry.sub_registry_with_prefix("audit").register(
@@ -271,6 +280,7 @@ impl Metrics {
             scale_up_protected_nodes,
             gangs_pending,
             gangs_pending_seconds,
+            gangs_without_verdict,
         }
     }
 

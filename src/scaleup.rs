@@ -28,7 +28,9 @@
 //!   the node annotations that say so (pure plan, one patch per change).
 //! - [`run`]: [`Loop`], the I/O: every `lifecycle.interval` it gathers the facts, reconciles,
 //!   and updates the metrics and events. It lists a group's instances through
-//!   [`InstanceSource`], which the engine implements.
+//!   [`InstanceSource`], which the engine implements. From the same gang view it also warns
+//!   about pending gangs Cluster Autoscaler cannot see
+//!   ([`cluster::unseen`](crate::cluster::unseen())), before any scale-up exists for them.
 //!
 //! Depends on `cluster`, `audit`, `events`, `metrics`, `planner` (the decision the recorder
 //! writes) and `model`; never on `engine`.

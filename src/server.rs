@@ -241,6 +241,7 @@ impl Server {
                 info!(
                     interval_ms = lifecycle_settings.interval.as_millis(),
                     scale_down_protection = protect,
+                    no_verdict_after_ms = lifecycle_settings.no_verdict_after.as_millis(),
                     "scale-up lifecycle tracking active"
                 );
                 let mut lifecycle = crate::scaleup::Loop::new(
@@ -250,7 +251,8 @@ impl Server {
                     metrics.clone(),
                     lifecycle_settings.interval,
                     engine::now_ms,
-                );
+                )
+                .with_no_verdict_after(lifecycle_settings.no_verdict_after);
                 if let Some(events) = publisher {
                     lifecycle = lifecycle.with_events(events);
                 }

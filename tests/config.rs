@@ -1372,6 +1372,12 @@ fn an_absent_lifecycle_section_takes_the_documented_defaults() {
     assert_eq!(lifecycle.formation_timeout, Duration::from_secs(30 * 60));
     assert_eq!(lifecycle.attach_timeout, Duration::from_secs(10 * 60));
     assert!(lifecycle.scale_down_protection);
+    assert_eq!(lifecycle.no_verdict_after, Duration::from_secs(2 * 60));
+    assert_eq!(
+        lifecycle.no_verdict_after,
+        gangscaler::scaleup::run::DEFAULT_NO_VERDICT_AFTER,
+        "the loop's default is the configuration's"
+    );
 }
 
 #[test]
@@ -1385,7 +1391,7 @@ fn the_shipped_provider_file_sets_the_default_lifecycle() {
 #[test]
 fn a_full_lifecycle_section_is_read() {
     let provider = provider_with_lifecycle(
-        "  interval: 250ms\n  registrationTimeout: 20m\n  formationTimeout: 1h30m\n  attachTimeout: 45s\n  scaleDownProtection: false\n",
+        "  interval: 250ms\n  registrationTimeout: 20m\n  formationTimeout: 1h30m\n  attachTimeout: 45s\n  scaleDownProtection: false\n  noVerdictAfter: 5m\n",
     );
     let loaded = ConfigDir::new(&provider)
         .group("gpu-a.yaml", GPU_A)
@@ -1399,6 +1405,7 @@ fn a_full_lifecycle_section_is_read() {
             formation_timeout: Duration::from_secs(90 * 60),
             attach_timeout: Duration::from_secs(45),
             scale_down_protection: false,
+            no_verdict_after: Duration::from_secs(5 * 60),
         }
     );
 }
@@ -1466,6 +1473,30 @@ fn a_lifecycle_timeout_above_a_day_is_reported() {
         Some("\"25h\""),
     );
     assert!(e.message.contains("at most 24h"), "{e}");
+}
+
+#[test]
+fn a_no_verdict_threshold_of_zero_or_above_a_day_is_reported() {
+    for (value, message) in [("0s", "above 0"), ("25h", "at most 24h")] {
+        let provider = provider_with_lifecycle(&format!("  noVerdictAfter: {value}\n"));
+        let dir = ConfigDir::new(&provider).group("gpu-a.yaml", GPU_A);
+        let errs = dir.errors();
+        assert_count(&errs, 1);
+        let e = expect_error(
+            &errs,
+            "provider.yaml",
+            "lifecycle.noVerdictAfter",
+            Some(&format!("{value:?}")),
+        );
+        assert!(e.message.contains(message), "{e}");
+        let text = dir.load().expect_err("threshold out of bounds").to_string();
+        let file = dir.path().join("provider.yaml");
+        assert!(
+            text.contains(&format!("{}: lifecycle.noVerdictAfter: ", file.display())),
+            "{text}"
+        );
+        assert!(text.contains(&format!("(got {value:?})")), "{text}");
+    }
 }
 
 #[test]
@@ -1544,6 +1575,21 @@ fn lifecycle_environment_overrides_are_validated() {
     assert_eq!(
         loaded.provider.lifecycle.attach_timeout,
         Duration::from_secs(120)
+    );
+    let loaded = dir
+        .load_with_env(&[("GANGSCALER__LIFECYCLE__NO_VERDICT_AFTER", "10m")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        loaded.provider.lifecycle.no_verdict_after,
+        Duration::from_secs(600)
+    );
+    let errs = invalid(dir.load_with_env(&[("GANGSCALER__LIFECYCLE__NO_VERDICT_AFTER", "0s")]));
+    assert_count(&errs, 1);
+    expect_error(
+        &errs,
+        "provider.yaml",
+        "lifecycle.noVerdictAfter",
+        Some("\"0s\""),
     );
     let errs = invalid(dir.load_with_env(&[("GANGSCALER__LIFECYCLE__INTERVAL", "1ms")]));
     assert_count(&errs, 1);

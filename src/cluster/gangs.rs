@@ -306,6 +306,8 @@ fn build_gang(
             pod: pod.name().to_owned(),
             node: pod.node_name().map(str::to_owned),
             demand,
+            verdict: pod.has_verdict(),
+            scheduler_name: pod.scheduler_name().map(str::to_owned),
         })
         .collect();
     let bound = members.iter().filter(|m| m.node.is_some()).count();

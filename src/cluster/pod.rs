@@ -3,8 +3,9 @@
 //! volume-source fields). The watchers keep only these; [`ObjectSet`](super::ObjectSet)
 //! stores them behind [`Arc`](std::sync::Arc)s, so a snapshot shares them instead of copying.
 //!
-//! A compact pod carries its identity, the flags [`gangs`](super::gangs) filters on, its gang
-//! link and its *raw* demand: everything [`demand`](super::demand) computes from the pod
+//! A compact pod carries its identity, the flags [`gangs`](super::gangs) filters on, whether
+//! the scheduler has recorded a verdict on it and which non-default scheduler it names, its
+//! gang link and its *raw* demand: everything [`demand`](super::demand) computes from the pod
 //! alone (resource totals, node selector, required affinity, tolerations) plus references to
 //! the volumes whose driver depends on other objects (claims, generic ephemeral volumes,
 //! migrated in-tree disks). Those references are resolved against PVCs, PVs, StorageClasses
@@ -78,6 +79,8 @@ pub struct CompactPod {
     disrupted: bool,
     deleting: bool,
     gated: bool,
+    verdict: bool,
+    scheduler_name: Option<Box<str>>,
     created_unix: Option<i64>,
     priority: Option<i32>,
     link: Option<PodLink>,
@@ -93,7 +96,8 @@ impl CompactPod {
     }
 
     /// Compacts a pod watched as a `DynamicObject`, keeping its 1.35 `spec.workloadRef`.
-    /// Only `metadata`, `spec`, `status.phase` and the `DisruptionTarget` condition are read.
+    /// Only `metadata`, `spec`, `status.phase` and the `DisruptionTarget` and `PodScheduled`
+    /// conditions are read.
     ///
     /// # Errors
     /// [`Error::Decode`] when `spec` or `spec.workloadRef` does not match its schema.
@@ -110,19 +114,18 @@ impl CompactPod {
         let spec = spec_value
             .map(|v| decode_ref::<PodSpec>(v, &name, "spec"))
             .transpose()?;
-        let status = Status {
+        let mut status = Status {
             phase: object.data.pointer("/status/phase").and_then(Value::as_str),
-            disrupted: object
-                .data
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .is_some_and(|conditions| {
-                    conditions.iter().any(|c| {
-                        c.get("type").and_then(Value::as_str) == Some(DISRUPTION_TARGET)
-                            && c.get("status").and_then(Value::as_str) == Some("True")
-                    })
-                }),
+            ..Status::default()
         };
+        let conditions = object
+            .data
+            .pointer("/status/conditions")
+            .and_then(Value::as_array);
+        for c in conditions.into_iter().flatten() {
+            let field = |key| c.get(key).and_then(Value::as_str).unwrap_or_default();
+            status.condition(field("type"), field("status"));
+        }
         Ok(Self::build(
             &object.metadata,
             spec.as_ref(),
@@ -180,6 +183,11 @@ impl CompactPod {
             gated: spec
                 .and_then(|s| s.scheduling_gates.as_ref())
                 .is_some_and(|g| !g.is_empty()),
+            verdict: status.verdict,
+            scheduler_name: spec
+                .and_then(|s| s.scheduler_name.as_deref())
+                .filter(|n| !n.is_empty() && *n != DEFAULT_SCHEDULER)
+                .map(Into::into),
             created_unix: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
             priority: spec.and_then(|s| s.priority),
             link,
@@ -239,6 +247,19 @@ impl CompactPod {
         self.gated
     }
 
+    /// The scheduler has recorded a verdict on the pod: a `PodScheduled` condition with status
+    /// `False` (whatever the reason: `Unschedulable`, `SchedulingGated`, ...) or `True`. Without
+    /// one, Cluster Autoscaler does not consider the pod (it scales up only for pods marked
+    /// `Unschedulable`).
+    pub fn has_verdict(&self) -> bool {
+        self.verdict
+    }
+
+    /// `spec.schedulerName`, when set and not `default-scheduler`.
+    pub fn scheduler_name(&self) -> Option<&str> {
+        self.scheduler_name.as_deref()
+    }
+
     /// `metadata.creationTimestamp`, unix seconds.
     pub fn created_unix(&self) -> Option<i64> {
         self.created_unix
@@ -264,26 +285,41 @@ impl CompactPod {
 
 /// The pod condition the scheduler and the eviction API set on a pod they are about to remove.
 const DISRUPTION_TARGET: &str = "DisruptionTarget";
+/// The pod condition the scheduler sets when it has tried the pod (False) or bound it (True).
+const POD_SCHEDULED: &str = "PodScheduled";
+/// The `spec.schedulerName` the API server defaults to.
+const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
 /// The parts of `status` a compact pod keeps.
 #[derive(Debug, Clone, Copy, Default)]
 struct Status<'a> {
     phase: Option<&'a str>,
     disrupted: bool,
+    verdict: bool,
 }
 
 impl<'a> Status<'a> {
     fn of(pod: &'a Pod) -> Self {
         let status = pod.status.as_ref();
-        Self {
+        let mut out = Self {
             phase: status.and_then(|s| s.phase.as_deref()),
-            disrupted: status
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|conditions| {
-                    conditions
-                        .iter()
-                        .any(|c| c.type_ == DISRUPTION_TARGET && c.status == "True")
-                }),
+            ..Self::default()
+        };
+        for c in status
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default()
+        {
+            out.condition(&c.type_, &c.status);
+        }
+        out
+    }
+
+    /// Takes in one condition of `type_` with status `value`.
+    fn condition(&mut self, type_: &str, value: &str) {
+        match type_ {
+            DISRUPTION_TARGET => self.disrupted |= value == "True",
+            POD_SCHEDULED => self.verdict |= matches!(value, "True" | "False"),
+            _ => {}
         }
     }
 }

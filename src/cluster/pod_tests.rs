@@ -254,9 +254,10 @@ fn a_snapshot_shares_the_stored_pods_and_builds_the_same_gangs() {
 
 #[test]
 fn a_compact_pod_is_a_few_hundred_bytes() {
-    // The struct itself; its strings and slices are separate, small allocations.
+    // The struct itself; its strings and slices are separate, small allocations. It was 256
+    // bytes until the scheduler verdict and name were kept (a bool in padding and 16 bytes).
     assert!(
-        std::mem::size_of::<CompactPod>() <= 256,
+        std::mem::size_of::<CompactPod>() <= 272,
         "{}",
         std::mem::size_of::<CompactPod>()
     );
@@ -327,4 +328,132 @@ fn a_pod_without_status_is_neither_running_nor_disrupted() {
     let d = CompactPod::from_dynamic(&dynamic).unwrap();
     assert!(!p.is_running() && !p.is_disrupted());
     assert!(!d.is_running() && !d.is_disrupted());
+}
+
+// ---- Scheduler verdict and scheduler name ----
+
+/// A pod with `conditions` and `spec.schedulerName` `scheduler`, if any.
+fn verdict_json(conditions: serde_json::Value, scheduler: Option<&str>) -> serde_json::Value {
+    let mut spec = json!({
+        "schedulingGroup": {"podGroupName": "g"},
+        "containers": [{"name": "c"}]
+    });
+    if let Some(name) = scheduler {
+        spec["schedulerName"] = json!(name);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "w-0", "namespace": "ml"},
+        "spec": spec,
+        "status": {"phase": "Pending", "conditions": conditions}
+    })
+}
+
+/// `(has_verdict, scheduler_name)` of the pod, compacted from a typed pod, from a
+/// `DynamicObject` and from an [`ObjectSet`] insert, which must agree.
+fn verdict(conditions: serde_json::Value, scheduler: Option<&str>) -> (bool, Option<String>) {
+    let value = verdict_json(conditions, scheduler);
+    let typed: Pod = serde_json::from_value(value.clone()).unwrap();
+    let dynamic: DynamicObject = serde_json::from_value(value.clone()).unwrap();
+    let read = |p: &CompactPod| (p.has_verdict(), p.scheduler_name().map(str::to_owned));
+    let from_pod = read(&CompactPod::from_pod(&typed));
+    let from_dynamic = read(&CompactPod::from_dynamic(&dynamic).unwrap());
+    assert_eq!(from_pod, from_dynamic, "typed and dynamic pod: {value}");
+    let mut set = ObjectSet::new();
+    set.insert_value(value).unwrap();
+    assert_eq!(from_pod, read(set.pod("ml", "w-0").unwrap()));
+    from_pod
+}
+
+#[test]
+fn a_pod_scheduled_condition_false_for_any_reason_or_true_is_a_verdict() {
+    for (status, reason) in [
+        ("False", "Unschedulable"),
+        ("False", "SchedulingGated"),
+        ("True", ""),
+    ] {
+        let conditions = json!([
+            {"type": "Ready", "status": "False"},
+            {"type": "PodScheduled", "status": status, "reason": reason}
+        ]);
+        assert_eq!(verdict(conditions, None), (true, None), "{status} {reason}");
+    }
+}
+
+#[test]
+fn a_pod_without_a_pod_scheduled_condition_has_no_verdict() {
+    assert_eq!(verdict(json!([]), None), (false, None));
+    assert_eq!(
+        verdict(json!([{"type": "Ready", "status": "False"}]), None),
+        (false, None)
+    );
+    assert_eq!(
+        verdict(json!([{"type": "PodScheduled", "status": "Unknown"}]), None),
+        (false, None)
+    );
+    // No status at all.
+    let value = json!({"metadata": {"name": "w-0"}, "spec": {"containers": [{"name": "c"}]}});
+    let typed: Pod = serde_json::from_value(value.clone()).unwrap();
+    let dynamic: DynamicObject = serde_json::from_value(value).unwrap();
+    assert!(!CompactPod::from_pod(&typed).has_verdict());
+    assert!(!CompactPod::from_dynamic(&dynamic).unwrap().has_verdict());
+}
+
+#[test]
+fn only_a_non_default_scheduler_name_is_kept() {
+    assert_eq!(
+        verdict(json!([]), Some("volcano")),
+        (false, Some("volcano".to_owned()))
+    );
+    assert_eq!(verdict(json!([]), Some("default-scheduler")), (false, None));
+    assert_eq!(verdict(json!([]), Some("")), (false, None));
+}
+
+#[test]
+fn gang_members_carry_their_verdict_and_scheduler_name() {
+    let mut set = ObjectSet::new();
+    let mut tried = verdict_json(
+        json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]),
+        None,
+    );
+    tried["metadata"]["name"] = json!("w-0");
+    let mut untried = verdict_json(json!([]), Some("volcano"));
+    untried["metadata"]["name"] = json!("w-1");
+    let mut bound = verdict_json(json!([]), Some("other"));
+    bound["metadata"]["name"] = json!("w-2");
+    bound["spec"]["nodeName"] = json!("gpu-0");
+    let mut done = verdict_json(json!([]), Some("finished"));
+    done["metadata"]["name"] = json!("w-3");
+    done["status"]["phase"] = json!("Succeeded");
+    for pod in [tried, untried, bound, done] {
+        set.insert_value(pod).unwrap();
+    }
+    set.insert_gang_object(GangObject::new(
+        "scheduling.k8s.io/v1alpha2",
+        "PodGroup",
+        json!({"metadata": {"name": "g", "namespace": "ml"},
+               "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}}),
+    ));
+    let view = gangs(&set, NOW);
+    let g = &view.gangs[0];
+    let read: Vec<(&str, bool, Option<&str>)> = g
+        .members
+        .iter()
+        .map(|m| (m.pod.as_str(), m.verdict, m.scheduler_name.as_deref()))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            ("w-0", true, None),
+            ("w-1", false, Some("volcano")),
+            ("w-2", false, Some("other")),
+        ]
+    );
+    // Only unbound members count; the terminal pod is not a member.
+    assert_eq!(g.no_verdict_count(), 1);
+    assert_eq!(
+        g.no_verdict_schedulers().into_iter().collect::<Vec<_>>(),
+        ["volcano"]
+    );
 }

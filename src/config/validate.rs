@@ -40,7 +40,8 @@ const LIFECYCLE_INTERVAL: (Duration, Duration, &str) = (
     Duration::from_secs(10 * 60),
     "from 100ms to 10m",
 );
-/// Bounds of every `lifecycle.*Timeout` (above zero), and how an error names them.
+/// Bounds of every `lifecycle.*Timeout` and of `lifecycle.noVerdictAfter` (above zero), and
+/// how an error names them.
 const LIFECYCLE_TIMEOUT: (Duration, Duration, &str) = (
     Duration::ZERO,
     Duration::from_secs(24 * 60 * 60),
@@ -209,6 +210,12 @@ fn lifecycle_settings(
         attach_timeout: bounded(
             "attachTimeout",
             defaults.attach_timeout,
+            LIFECYCLE_TIMEOUT,
+            errs,
+        ),
+        no_verdict_after: bounded(
+            "noVerdictAfter",
+            defaults.no_verdict_after,
             LIFECYCLE_TIMEOUT,
             errs,
         ),

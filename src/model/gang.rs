@@ -2,7 +2,7 @@
 //! together), whatever scheduling API version it came from, and of what each member pod needs
 //! from a node. Built by `cluster` adapters; consumed by the pure `planner`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::Serialize;
@@ -153,6 +153,12 @@ pub struct Member {
     pub node: Option<String>,
     /// What it needs.
     pub demand: PodDemand,
+    /// The scheduler has recorded a verdict on the pod: a `PodScheduled` condition, False
+    /// (any reason) or True. Cluster Autoscaler only scales up for pods marked
+    /// `PodScheduled=False` with reason `Unschedulable`, so it never sees a pod without one.
+    pub verdict: bool,
+    /// `spec.schedulerName`, when set and not `default-scheduler`.
+    pub scheduler_name: Option<String>,
 }
 
 /// A gang in the internal model.
@@ -184,6 +190,21 @@ impl Gang {
     /// Members bound to a node.
     pub fn bound_count(&self) -> u32 {
         u32::try_from(self.members.iter().filter(|m| m.node.is_some()).count()).unwrap_or(u32::MAX)
+    }
+
+    /// Unbound members the scheduler has recorded no verdict on ([`Member::verdict`]). The
+    /// members of a gang built by `cluster` are live pods (not terminal, not being deleted).
+    pub fn no_verdict_count(&self) -> u32 {
+        u32::try_from(self.unbound().filter(|m| !m.verdict).count()).unwrap_or(u32::MAX)
+    }
+
+    /// The distinct non-default scheduler names of the unbound members without a verdict,
+    /// sorted.
+    pub fn no_verdict_schedulers(&self) -> BTreeSet<&str> {
+        self.unbound()
+            .filter(|m| !m.verdict)
+            .filter_map(|m| m.scheduler_name.as_deref())
+            .collect()
     }
 
     /// Whether more members must be placed for the gang to reach `min_count`.

@@ -32,6 +32,8 @@ pub(super) fn pod(name: &str) -> PodBuilder {
         pod: name.to_owned(),
         node: None,
         demand: PodDemand::default(),
+        verdict: true,
+        scheduler_name: None,
     })
 }
 

@@ -5,14 +5,19 @@
 //! [`Tracker`](super::Tracker).
 //!
 //! Each tick:
-//! 1. sets the pending-gang gauge and adds pending gang-seconds since the last tick;
+//! 1. sets the pending-gang gauge and adds pending gang-seconds since the last tick; from the
+//!    same gang view, finds the gangs Cluster Autoscaler cannot see ([`cluster::unseen`]: no
+//!    member carries a scheduler verdict after `lifecycle.noVerdictAfter`), sets their gauge,
+//!    and logs and publishes one Warning Event per such gang, once while it stays unseen;
 //! 2. gathers [`Facts`] for the node groups with open scale-ups: the backend's instances, the
 //!    nodes registered for them, and every gang's progress (bound, formed, volumes attached,
 //!    running, disrupted);
 //! 3. appends the phase and outcome records that bring the log up to date
 //!    ([`Recorder::reconcile`]), then updates the metrics and publishes the events each one
 //!    implies. A record that could not be appended is computed again at the next tick, so
-//!    metrics and events follow the log: once per record, never for a record not written.
+//!    metrics and events follow the log: once per record, never for a record not written;
+//! 4. marks the nodes of scale-ups whose gang lifecycle is still open so CA's scale-down leaves
+//!    them alone, and releases the ones whose scale-up ended ([`protect`](super::protect)).
 //!
 //! Depends on `cluster` (the view), `audit` (record types), `events` (the publisher), `metrics`
 //! and `model`. It reaches the backends only through [`InstanceSource`], which the engine
@@ -34,10 +39,14 @@ use super::protect::{Marker, Marks, plan, wanted};
 use super::recorder::{Appended, Recorder};
 use super::track::Open;
 use crate::audit::{Event, Outcome};
-use crate::cluster::{self, ClusterView, GangView, ObjectSet};
-use crate::events::EventPublisher;
+use crate::cluster::{self, ClusterView, GangView, ObjectSet, Unseen};
+use crate::events::{EventPublisher, REASON_NOT_SEEN};
 use crate::metrics::{GroupLabels, Metrics, ScaleUpOutcomeLabels};
-use crate::model::{Instance, InstanceState};
+use crate::model::{GangRef, Instance, InstanceState};
+
+/// The default of `lifecycle.noVerdictAfter`: how long a whole pending gang may go without a
+/// scheduler verdict on any member before it is reported ([`Loop::with_no_verdict_after`]).
+pub const DEFAULT_NO_VERDICT_AFTER: Duration = Duration::from_secs(2 * 60);
 
 /// Why a node group's instances could not be listed.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +82,10 @@ pub struct Loop {
     now_ms: fn() -> i64,
     marker: Option<Marker>,
     protect: bool,
+    no_verdict_after: Duration,
+    /// Gangs already warned about as unseen, for as long as they stay unseen: one Event per
+    /// gang and episode, and a gang that relapses after being seen is warned about again.
+    warned: BTreeSet<GangRef>,
 }
 
 impl std::fmt::Debug for Loop {
@@ -82,6 +95,8 @@ impl std::fmt::Debug for Loop {
             .field("view", &self.view)
             .field("events", &self.events)
             .field("interval", &self.interval)
+            .field("no_verdict_after", &self.no_verdict_after)
+            .field("warned", &self.warned.len())
             .finish_non_exhaustive()
     }
 }
@@ -107,6 +122,8 @@ impl Loop {
             now_ms,
             marker: None,
             protect: false,
+            no_verdict_after: DEFAULT_NO_VERDICT_AFTER,
+            warned: BTreeSet::new(),
         }
     }
 
@@ -127,8 +144,17 @@ impl Loop {
         self
     }
 
+    /// Reports a whole pending gang as unseen by Cluster Autoscaler once none of its members
+    /// has carried a scheduler verdict for `after` (`lifecycle.noVerdictAfter`; default
+    /// [`DEFAULT_NO_VERDICT_AFTER`]).
+    #[must_use]
+    pub fn with_no_verdict_after(mut self, after: Duration) -> Self {
+        self.no_verdict_after = after;
+        self
+    }
+
     /// Runs until `shutdown` is cancelled.
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub async fn run(mut self, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_ms = None;
@@ -146,9 +172,10 @@ impl Loop {
         }
     }
 
-    async fn tick(&self, now_ms: i64, last_ms: Option<i64>) {
+    async fn tick(&mut self, now_ms: i64, last_ms: Option<i64>) {
         let snapshot = self.view.snapshot();
-        let view = cluster::gangs(&snapshot, now_ms.div_euclid(1000));
+        let now_unix = now_ms.div_euclid(1000);
+        let view = cluster::gangs(&snapshot, now_unix);
         let pending = view.gangs.iter().filter(|g| g.is_pending()).count();
         self.metrics
             .gangs_pending
@@ -158,6 +185,11 @@ impl Loop {
             self.metrics
                 .gangs_pending_seconds
                 .inc_by(pending as f64 * secs);
+        }
+        let unseen = cluster::unseen(&view.gangs, now_unix, self.no_verdict_after);
+        let warnings = warn_unseen(&self.metrics, &mut self.warned, &unseen);
+        if let Some(events) = &self.events {
+            events.publish(warnings);
         }
         let open = self.recorder.open_scale_ups();
         let all_nodes = self.view.nodes();
@@ -291,6 +323,36 @@ impl Loop {
             events.publish(events_for(a));
         }
     }
+}
+
+/// Sets the gauge of gangs Cluster Autoscaler cannot see to `unseen`'s length, logs each gang
+/// not in `warned` yet and returns its Warning Event. `warned` becomes the unseen gangs: a gang
+/// is warned about once while it stays unseen, and again if it is seen and then relapses.
+fn warn_unseen(
+    m: &Metrics,
+    warned: &mut BTreeSet<GangRef>,
+    unseen: &[Unseen],
+) -> Vec<(GangRef, &'static str, &'static str, String)> {
+    m.gangs_without_verdict
+        .set(i64::try_from(unseen.len()).unwrap_or(i64::MAX));
+    let now: BTreeSet<&GangRef> = unseen.iter().map(|u| &u.gang).collect();
+    warned.retain(|g| now.contains(g));
+    let mut events = Vec::new();
+    for u in unseen {
+        if !warned.insert(u.gang.clone()) {
+            continue;
+        }
+        warn!(
+            gang = %u.gang,
+            members = u.members,
+            min_count = u.min_count,
+            age_s = u.age_secs,
+            schedulers = ?u.schedulers,
+            "gang not seen by the autoscaler: no scheduler verdict on its members"
+        );
+        events.push((u.gang.clone(), REASON_NOT_SEEN, "Warning", u.message()));
+    }
+    events
 }
 
 /// Updates the scale-up metrics for one appended record and logs it.
@@ -443,6 +505,52 @@ mod tests {
                 .parse()
                 .ok()
         })
+    }
+
+    fn unseen(name: &str) -> Unseen {
+        Unseen {
+            gang: GangRef {
+                namespace: "ml".into(),
+                name: name.into(),
+                api_version: "scheduling.k8s.io/v1beta1".into(),
+                kind: "PodGroup".into(),
+            },
+            members: 4,
+            min_count: 4,
+            age_secs: 180,
+            schedulers: Vec::new(),
+        }
+    }
+
+    fn warned_names<'a>(
+        events: &'a [(GangRef, &'static str, &'static str, String)],
+    ) -> Vec<&'a str> {
+        events.iter().map(|(g, ..)| g.name.as_str()).collect()
+    }
+
+    #[test]
+    fn an_unseen_gang_is_warned_about_once_and_again_after_a_relapse() {
+        let m = Metrics::new();
+        let mut warned = BTreeSet::new();
+        let events = warn_unseen(&m, &mut warned, &[unseen("a"), unseen("b")]);
+        assert_eq!(warned_names(&events), ["a", "b"]);
+        let (_, reason, type_, note) = &events[0];
+        assert_eq!((*reason, *type_), ("GangNotSeenByAutoscaler", "Warning"));
+        assert_eq!(note, &unseen("a").message());
+        assert_eq!(sample(&m, "gangscaler_gangs_without_verdict"), Some(2.0));
+
+        // Still unseen: no second event. `b` is seen now and forgotten.
+        let events = warn_unseen(&m, &mut warned, &[unseen("a")]);
+        assert!(events.is_empty());
+        assert_eq!(sample(&m, "gangscaler_gangs_without_verdict"), Some(1.0));
+
+        // `b` relapses: warned again; `a` still not.
+        let events = warn_unseen(&m, &mut warned, &[unseen("a"), unseen("b")]);
+        assert_eq!(warned_names(&events), ["b"]);
+
+        let events = warn_unseen(&m, &mut warned, &[]);
+        assert!(events.is_empty() && warned.is_empty());
+        assert_eq!(sample(&m, "gangscaler_gangs_without_verdict"), Some(0.0));
     }
 
     #[test]
