@@ -259,6 +259,7 @@ fn main() {
             node_group: format!("group-{:03}", i % 100),
             gang: Some(GangId::from(&g.id)),
             nodes: 16,
+            gang_nodes: 16,
             phase: Phase::Requested,
             requested_at_ms: 0,
             formed_at_ms: None,

@@ -17,7 +17,9 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, Fingerprint, Loaded};
 use crate::metrics::Metrics;
-use crate::model::{AutoscalingOptions, Instance, NodeGroupId, NodeGroupSpec, TemplateNode};
+use crate::model::{
+    AutoscalingOptions, GangRef, Instance, NodeGroupId, NodeGroupSpec, TemplateNode,
+};
 use crate::provision::{self, NodeRef, Provisioner};
 use crate::scaleup::{InstanceSource, InstancesError, Recorder};
 
@@ -135,6 +137,7 @@ impl Engine {
         source: Arc<dyn admission::GangSource>,
     ) -> Self {
         self.admission = Some(admission::Admission::new(policy, source));
+        self.resume_in_flight();
         self
     }
 
@@ -142,7 +145,43 @@ impl Engine {
     #[must_use]
     pub fn with_audit(mut self, recorder: Arc<Recorder>) -> Self {
         self.audit = Some(recorder);
+        self.resume_in_flight();
         self
+    }
+
+    /// With both admission and the audit log: the nodes requested for gangs whose scale-up is
+    /// open and not formed yet count as in flight again, so a restart does not request them
+    /// twice.
+    fn resume_in_flight(&self) {
+        let (Some(admission), Some(recorder)) = (&self.admission, &self.audit) else {
+            return;
+        };
+        let entries: Vec<_> = recorder
+            .open_scale_ups()
+            .into_iter()
+            .filter(|o| o.phase < crate::audit::Phase::GangFormed)
+            .filter_map(|o| {
+                let gang = o.gang.as_ref()?;
+                let nodes = if o.gang_nodes > 0 {
+                    o.gang_nodes
+                } else {
+                    o.nodes
+                };
+                Some((
+                    GangRef::from(gang),
+                    NodeGroupId::new(&o.node_group),
+                    nodes,
+                    o.requested_at_ms.div_euclid(1000),
+                ))
+            })
+            .collect();
+        if !entries.is_empty() {
+            info!(
+                gangs = entries.len(),
+                "in-flight requests resumed from the audit log"
+            );
+        }
+        admission.resume(entries);
     }
 
     /// Publishes Kubernetes Events on the gangs of every admission decision.

@@ -141,6 +141,17 @@ pub struct GangId {
     pub kind: String,
 }
 
+impl From<&GangId> for GangRef {
+    fn from(g: &GangId) -> Self {
+        Self {
+            namespace: g.namespace.clone(),
+            name: g.name.clone(),
+            api_version: g.api_version.clone(),
+            kind: g.kind.clone(),
+        }
+    }
+}
+
 impl From<&GangRef> for GangId {
     fn from(g: &GangRef) -> Self {
         Self {

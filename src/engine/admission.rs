@@ -108,6 +108,24 @@ impl Admission {
         }))
     }
 
+    /// Remembers nodes requested before a restart: `(gang, group, nodes, requested at unix
+    /// seconds)` for each gang whose scale-up is still open and not formed, as the audit log
+    /// has them, so that a restart neither forgets nor requests them again. Existing entries
+    /// are kept.
+    pub fn resume(&self, entries: impl IntoIterator<Item = (GangRef, NodeGroupId, u32, i64)>) {
+        let mut ledger = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (gang, group, nodes, since_unix) in entries {
+            ledger.entry(gang).or_insert(InFlight {
+                group,
+                nodes,
+                since_unix,
+            });
+        }
+    }
+
     /// Remembers the nodes an applied decision requested for each admitted gang.
     pub fn record(&self, decision: &Decision, now_unix: i64) {
         let mut ledger = self
@@ -146,5 +164,81 @@ impl Admission {
             .filter(|(_, f)| &f.group == group)
             .map(|(g, f)| (g.clone(), f.nodes))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::Rule;
+
+    const GANG: &str = r#"
+apiVersion: scheduling.k8s.io/v1alpha2
+kind: PodGroup
+metadata: {name: train, namespace: ml, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec: {schedulingPolicy: {gang: {minCount: 2}}}
+"#;
+
+    fn member(i: u32) -> String {
+        format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: train-{i}, namespace: ml, creationTimestamp: "2026-01-01T00:00:00Z"}}
+spec:
+  schedulingGroup: {{podGroupName: train}}
+  containers: [{{name: c, resources: {{requests: {{cpu: "1", nvidia.com/gpu: "8"}}}}}}]
+  tolerations: [{{key: nvidia.com/gpu, operator: Exists}}]
+status: {{phase: Pending}}
+"#
+        )
+    }
+
+    fn admission() -> (Admission, NodeGroupSpec) {
+        let docs = [GANG.to_owned(), member(0), member(1)].join("\n---\n");
+        let objects = ObjectSet::from_yaml_documents(&docs).expect("objects");
+        let mut group = crate::testing::group("h100", 0, 8);
+        group.gpu = Some(crate::model::GpuSpec {
+            count: 8,
+            product: "NVIDIA-H100-80GB-HBM3".into(),
+            memory: crate::model::quantity::Quantity::from_units(80 << 30),
+            resource_name: "nvidia.com/gpu".into(),
+        });
+        (
+            Admission::new(Policy::Strict, Arc::new(StaticObjects(objects))),
+            group,
+        )
+    }
+
+    fn gang_ref() -> GangRef {
+        GangRef {
+            namespace: "ml".into(),
+            name: "train".into(),
+            api_version: "scheduling.k8s.io/v1alpha2".into(),
+            kind: "PodGroup".into(),
+        }
+    }
+
+    #[test]
+    fn a_resumed_in_flight_request_covers_its_gang_after_a_restart() {
+        let (fresh, group) = admission();
+        let now = 1_800_000_000;
+        let d = fresh
+            .decide(&group, "nvidia.com/gpu.product", 0, 1, now)
+            .unwrap();
+        assert_eq!(
+            d.applied_delta, 2,
+            "a fresh process admits the whole gang: {d:?}"
+        );
+        // The same process after a restart, with the request resumed from the audit log:
+        // the gang's two nodes are on their way, so nothing is requested again for it.
+        let (restarted, group) = admission();
+        restarted.resume([(gang_ref(), group.id.clone(), 2, now - 10)]);
+        let d = restarted
+            .decide(&group, "nvidia.com/gpu.product", 2, 1, now)
+            .unwrap();
+        assert_eq!(d.covered.len(), 1, "{d:?}");
+        assert!(d.admitted.is_empty(), "{d:?}");
+        assert_ne!(d.rule, Rule::GangsAdmitted, "{d:?}");
     }
 }

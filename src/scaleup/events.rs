@@ -99,6 +99,7 @@ mod tests {
                 node_group: "h100".into(),
                 gang,
                 nodes: 2,
+                gang_nodes: 0,
                 phase: Phase::NodesReady,
                 requested_at_ms: 0,
                 formed_at_ms: formed_before,

@@ -230,6 +230,7 @@ mod tests {
             node_group: "h100".into(),
             gang: gang.map(gang_id),
             nodes,
+            gang_nodes: 0,
             phase: Phase::Requested,
             requested_at_ms: at_ms,
             formed_at_ms: None,

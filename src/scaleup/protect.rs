@@ -146,6 +146,7 @@ mod tests {
             node_group: "h100".into(),
             gang: gang_name.map(gang),
             nodes: 2,
+            gang_nodes: 0,
             phase: Phase::NodesReady,
             requested_at_ms: 0,
             formed_at_ms: None,

@@ -449,6 +449,7 @@ mod tests {
             node_group: "gpu".into(),
             gang: gang(),
             nodes: 2,
+            gang_nodes: 0,
             phase: Phase::NodesReady,
             requested_at_ms: 0,
             formed_at_ms,

@@ -60,6 +60,9 @@ pub struct Open {
     /// Nodes the scale-up added (`appliedDelta`); 0 when unknown (reopened from a phase
     /// record whose decision was rotated away).
     pub nodes: u32,
+    /// Nodes the decision requested for this lifecycle's gang (its `gangs[].nodes`); 0 without
+    /// a gang or when unknown.
+    pub gang_nodes: u32,
     /// The latest phase recorded.
     pub phase: Phase,
     /// When it was requested, unix milliseconds.
@@ -193,11 +196,17 @@ impl Tracker {
                 self.issued += 1;
                 for (id, gang) in opened {
                     let key = (id.clone(), gang.clone());
+                    let gang_nodes = d
+                        .gangs
+                        .iter()
+                        .find(|g| Some(&g.gang) == gang.as_ref())
+                        .map_or(0, |g| g.nodes);
                     self.open.entry(key).or_insert_with(|| Open {
                         scale_up_id: id,
                         node_group: d.node_group.clone(),
                         gang,
                         nodes: d.applied_delta,
+                        gang_nodes,
                         phase: Phase::Requested,
                         requested_at_ms: record.ts_ms,
                         formed_at_ms: None,
@@ -214,6 +223,7 @@ impl Tracker {
                     node_group: p.node_group.clone(),
                     gang: p.gang.clone(),
                     nodes: 0,
+                    gang_nodes: 0,
                     phase: Phase::Requested,
                     requested_at_ms: p.requested_at_ms(),
                     formed_at_ms: None,
