@@ -1,25 +1,39 @@
 #!/usr/bin/env bash
-# Builds the e2e control-plane binaries from the Go module proxy into a cache keyed by version:
+# Builds the e2e binaries into a cache keyed by version:
 #   $HOME/.cache/gangscaler/e2e/k8s-<version>/{kube-apiserver,kube-scheduler,kube-controller-manager}
 #   $HOME/.cache/gangscaler/e2e/etcd-<version>/etcd
 #   $HOME/.cache/gangscaler/e2e/kwok-<version>/kwok
-# A warm cache rebuilds nothing. Prints the binary directory of each part.
+#   $HOME/.cache/gangscaler/e2e/ca-<version>/cluster-autoscaler
+# The control plane, etcd and kwok come from the Go module proxy. The Go module proxy refuses
+# k8s.io/autoscaler/cluster-autoscaler, so the real cluster-autoscaler is built from the
+# upstream sources in ../shared/cluster-autoscaler/<version> (trimmed to the externalgrpc
+# build; override the folder with GANGSCALER_CA_SOURCES). It is built with -o into the cache,
+# never in place: that folder is read-only in CI. A warm cache rebuilds nothing. Prints the
+# binary directory of each part.
 #
-# The real cluster-autoscaler is NOT built: the Go module proxy refuses
-# k8s.io/autoscaler/cluster-autoscaler (HTTP 403 "This module version is not available").
-#
-# Usage: tests/e2e/build.sh [k8s-minor]   (default 1.36)
+# Usage: tests/e2e/build.sh [k8s-minor] [--legacy-ca]   (default minor 1.36)
+#   --legacy-ca also builds the legacy-wire CA of versions.env (CA_LEGACY).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
-minor=${1:-${E2E_K8S_MINOR:-1.36}}
+minor=${E2E_K8S_MINOR:-1.36}
+legacy=0
+for arg in "$@"; do
+  case "$arg" in
+    --legacy-ca) legacy=1 ;;
+    -*) echo "unknown option $arg" >&2; exit 2 ;;
+    *) minor=$arg ;;
+  esac
+done
 row_var="K8S_${minor/./_}"
 row=${!row_var:-}
 [ -n "$row" ] || { echo "no version row $row_var in versions.env" >&2; exit 2; }
-read -r _ k8s_version staging_version _ <<<"$row"
+read -r _ k8s_version staging_version _ _ ca_version _ <<<"$row"
+[ -n "$ca_version" ] || { echo "version row $row_var has no cluster-autoscaler column" >&2; exit 2; }
 export GOTOOLCHAIN=local CGO_ENABLED=0
 cache=${GANGSCALER_CACHE:-$HOME/.cache/gangscaler}/e2e
+ca_sources=${GANGSCALER_CA_SOURCES:-$here/../../../shared/cluster-autoscaler}
 log() { printf '[e2e-build] %s\n' "$*" >&2; }
 
 build_k8s() {
@@ -74,6 +88,22 @@ build_kwok() {
   echo "$out"
 }
 
+# build_ca VERSION: the externalgrpc cluster-autoscaler from ../shared/cluster-autoscaler/VERSION.
+build_ca() {
+  local version=$1 out="$cache/ca-$1"
+  if [ -x "$out/cluster-autoscaler" ]; then echo "$out"; return; fi
+  local src="$ca_sources/$version"
+  [ -f "$src/go.mod" ] || { echo "no cluster-autoscaler $version sources in $src (see ../shared/cluster-autoscaler/README.md)" >&2; exit 2; }
+  log "building cluster-autoscaler $version (externalgrpc) from $src (cold: about 2 min on 2 cores)"
+  mkdir -p "$out.tmp"
+  # -mod=readonly: upstream's go.mod and go.sum are used as they are and never rewritten.
+  (cd "$src" && go build -mod=readonly -trimpath -tags externalgrpc -ldflags "-s -w" -o "$out.tmp/cluster-autoscaler" .)
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  echo "$out"
+}
+
 build_etcd
 build_kwok
 build_k8s
+build_ca "$ca_version"
+if [ "$legacy" = 1 ]; then build_ca "$CA_LEGACY"; fi

@@ -1,10 +1,12 @@
 //! A local control plane for end-to-end tests: etcd, kube-apiserver, kube-scheduler,
 //! kube-controller-manager and kwok, built from the Go module proxy by `tests/e2e/build.sh`,
-//! all listening on 127.0.0.1, with their own PKI and kubeconfig. Every process is started and
-//! stopped here by pid; all logs go to one folder, named on failure.
+//! all listening on 127.0.0.1, with their own PKI and kubeconfig; and the real
+//! cluster-autoscaler, built by the same script from `../shared/cluster-autoscaler`, started
+//! against it by [`Cluster::start_autoscaler`]. Every process is started and stopped here by
+//! pid; all logs go to one folder, named on failure.
 //!
-//! A second Kubernetes minor is a row in `tests/e2e/versions.env` plus a `tools/k8s-<minor>`
-//! wrapper module; the gang API and runtime-config come from that row.
+//! A Kubernetes minor is a row in `tests/e2e/versions.env`: the gang API, feature gates, the CA
+//! release and the scheduler profile come from that row.
 
 #![allow(
     clippy::expect_used,
@@ -34,6 +36,12 @@ pub struct Versions {
     pub gang_api: String,
     /// Feature gates for every component, e.g. `GenericWorkload=true,GangScheduling=true`.
     pub gates: String,
+    /// The cluster-autoscaler release run against this row, e.g. `1.36.1`.
+    pub ca: String,
+    /// The CA release that checks the legacy wire, e.g. `1.34.5`.
+    pub ca_legacy: String,
+    /// `default`, or `no-dra` (the default profile without the DynamicResources plugin).
+    pub scheduler_profile: String,
     /// `v3.6.14`.
     pub etcd: String,
     /// `v0.8.0`.
@@ -62,6 +70,9 @@ impl Versions {
             k8s: cols[1].to_owned(),
             gang_api: cols[3].to_owned(),
             gates: cols[4].to_owned(),
+            ca: cols[5].to_owned(),
+            ca_legacy: var("CA_LEGACY"),
+            scheduler_profile: cols[6].to_owned(),
             etcd: var("ETCD_VERSION"),
             kwok: var("KWOK_VERSION"),
         }
@@ -82,10 +93,24 @@ impl Versions {
             "etcd" => &self.etcd,
             _ => &self.kwok,
         };
-        let p = Self::cache().join(format!("{part}-{version}")).join(name);
+        self.cached(&format!("{part}-{version}"), name)
+    }
+
+    /// The cluster-autoscaler binary of release `version`.
+    pub fn ca_bin(&self, version: &str) -> PathBuf {
+        self.cached(&format!("ca-{version}"), "cluster-autoscaler")
+    }
+
+    fn cached(&self, dir: &str, name: &str) -> PathBuf {
+        let p = Self::cache().join(dir).join(name);
+        let legacy = if dir == format!("ca-{}", self.ca_legacy) {
+            " --legacy-ca"
+        } else {
+            ""
+        };
         assert!(
             p.is_file(),
-            "{} is missing: run tests/e2e/build.sh {} first",
+            "{} is missing: run tests/e2e/build.sh {}{legacy} first",
             p.display(),
             self.minor
         );
@@ -195,19 +220,40 @@ struct Pki {
     sa_pub: String,
 }
 
-fn pki() -> Pki {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "gangscaler-e2e-ca");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let leaf = |cn: &str, org: Option<&str>, sans: Vec<String>, usage| {
+/// A throwaway certificate authority that issues leaf certificates (PEM pairs).
+pub struct TestCa {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl TestCa {
+    /// A new self-signed CA named `cn`.
+    pub fn new(cn: &str) -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        Self { issuer }
+    }
+
+    /// The CA certificate, PEM.
+    pub fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// A leaf (certificate, key) for `cn` (and organisation `org`) with `sans`, for `usage`.
+    pub fn leaf(
+        &self,
+        cn: &str,
+        org: Option<&str>,
+        sans: &[&str],
+        usage: ExtendedKeyUsagePurpose,
+    ) -> (String, String) {
+        let sans: Vec<String> = sans.iter().map(|s| (*s).to_owned()).collect();
         let mut p = CertificateParams::new(sans).unwrap();
         p.distinguished_name.push(DnType::CommonName, cn);
         if let Some(o) = org {
@@ -219,23 +265,23 @@ fn pki() -> Pki {
         ];
         p.extended_key_usages = vec![usage];
         let key = KeyPair::generate().unwrap();
-        let cert = p.signed_by(&key, &ca).unwrap();
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
         (cert.pem(), key.serialize_pem())
-    };
-    let serving = leaf(
+    }
+}
+
+fn pki() -> Pki {
+    let ca = TestCa::new("gangscaler-e2e-ca");
+    let serving = ca.leaf(
         "kube-apiserver",
         None,
-        vec![
-            "127.0.0.1".into(),
-            "localhost".into(),
-            "kubernetes.default.svc".into(),
-        ],
+        &["127.0.0.1", "localhost", "kubernetes.default.svc"],
         ExtendedKeyUsagePurpose::ServerAuth,
     );
-    let admin = leaf(
+    let admin = ca.leaf(
         "admin",
         Some("system:masters"),
-        vec![],
+        &[],
         ExtendedKeyUsagePurpose::ClientAuth,
     );
     let sa = KeyPair::generate().unwrap();
@@ -248,7 +294,8 @@ fn pki() -> Pki {
     }
 }
 
-fn write(path: &Path, text: &str) {
+/// Writes `text` to `path`, naming the file on failure.
+pub fn write(path: &Path, text: &str) {
     fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
 
@@ -356,15 +403,35 @@ impl Cluster {
         let kc = kubeconfig.display().to_string();
         let mut sched = Command::new(versions.bin("k8s", "kube-scheduler"));
         sched.args([
-            &format!("--kubeconfig={kc}"),
             &format!("--authentication-kubeconfig={kc}"),
             &format!("--authorization-kubeconfig={kc}"),
-            "--leader-elect=false",
             "--bind-address=127.0.0.1",
             &format!("--secure-port={}", free_port()),
             &format!("--feature-gates={gates}"),
             "--v=2",
         ]);
+        match versions.scheduler_profile.as_str() {
+            "default" => {
+                sched.args([&format!("--kubeconfig={kc}"), "--leader-elect=false"]);
+            }
+            "no-dra" => {
+                // kube-scheduler 1.37.2: DynamicResources fails in PodGroupPostFilter ("not
+                // found") for gangs without DRA claims, so their pods never get
+                // PodScheduled=False/Unschedulable and CA ignores them. With --config the
+                // kubeconfig and leader-election flags are ignored, so they go in the file.
+                write(
+                    &dir.join("scheduler.yaml"),
+                    &format!(
+                        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+                         clientConnection: {{kubeconfig: {kc}}}\nleaderElection: {{leaderElect: false}}\n\
+                         profiles:\n- schedulerName: default-scheduler\n  plugins:\n    multiPoint:\n      \
+                         disabled: [{{name: DynamicResources}}]\n"
+                    ),
+                );
+                sched.arg(format!("--config={}", d("scheduler.yaml")));
+            }
+            other => panic!("unknown scheduler-profile {other:?} in versions.env"),
+        }
         cluster
             .procs
             .push(Proc::spawn_logged("kube-scheduler", &dir, sched));
@@ -483,4 +550,341 @@ where
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// How CA reaches gangscaler: plaintext, or mutual TLS with these PEM files.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// `address` only: CA dials without TLS.
+    Plaintext,
+    /// CA presents `cert`/`key` and verifies the server against `cacert`.
+    Mtls {
+        /// Client certificate.
+        cert: PathBuf,
+        /// Client key.
+        key: PathBuf,
+        /// CA bundle that signed gangscaler's serving certificate.
+        cacert: PathBuf,
+    },
+}
+
+/// What to start CA with.
+#[derive(Debug, Clone)]
+pub struct AutoscalerSpec {
+    /// CA release (a `ca-<version>` folder in the cache).
+    pub version: String,
+    /// gangscaler's gRPC port on 127.0.0.1.
+    pub grpc_port: u16,
+    /// Plaintext or mTLS.
+    pub transport: Transport,
+    /// Flags that replace or add to the defaults, as `--name=value`.
+    pub flags: Vec<String>,
+}
+
+impl AutoscalerSpec {
+    /// The row's CA over plaintext to `grpc_port`.
+    pub fn new(grpc_port: u16) -> Self {
+        Self {
+            version: Versions::load().ca,
+            grpc_port,
+            transport: Transport::Plaintext,
+            flags: Vec::new(),
+        }
+    }
+
+    /// Sets `--name=value` (replacing the default, if any).
+    #[must_use]
+    pub fn flag(mut self, name: &str, value: &str) -> Self {
+        self.flags.push(format!("--{name}={value}"));
+        self
+    }
+}
+
+/// The scan interval every CA in these tests runs with.
+pub const CA_SCAN_INTERVAL: &str = "2s";
+
+/// CA's flags for a test: loopback, no leader election, a short loop, fast scale-down and
+/// backoff so that scenarios finish in minutes; verbosity 4 (decisions, not every RPC).
+fn autoscaler_flags(
+    kubeconfig: &Path,
+    cloud_config: &Path,
+    metrics_port: u16,
+    extra: &[String],
+) -> Vec<String> {
+    let mut flags: Vec<(String, String)> = [
+        ("kubeconfig", kubeconfig.display().to_string()),
+        ("cloud-provider", "externalgrpc".into()),
+        ("cloud-config", cloud_config.display().to_string()),
+        ("leader-elect", "false".into()),
+        ("address", format!("127.0.0.1:{metrics_port}")),
+        ("namespace", "kube-system".into()),
+        ("scan-interval", CA_SCAN_INTERVAL.into()),
+        ("expander", "least-waste".into()),
+        ("max-node-provision-time", "3m".into()),
+        ("new-pod-scale-up-delay", "0s".into()),
+        ("scale-down-enabled", "true".into()),
+        ("scale-down-delay-after-add", "20s".into()),
+        ("scale-down-delay-after-delete", "0s".into()),
+        ("scale-down-delay-after-failure", "10s".into()),
+        ("scale-down-unneeded-time", "20s".into()),
+        ("scale-down-unready-time", "1m".into()),
+        ("node-delete-delay-after-taint", "1s".into()),
+        ("unremovable-node-recheck-timeout", "10s".into()),
+        ("initial-node-group-backoff-duration", "30s".into()),
+        ("max-node-group-backoff-duration", "2m".into()),
+        ("skip-nodes-with-local-storage", "false".into()),
+        ("skip-nodes-with-system-pods", "false".into()),
+        ("write-status-configmap", "true".into()),
+        ("v", "4".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    for f in extra {
+        let (k, v) = f
+            .trim_start_matches("--")
+            .split_once('=')
+            .unwrap_or_else(|| panic!("flag {f:?} is not --name=value"));
+        match flags.iter_mut().find(|(name, _)| name == k) {
+            Some(slot) => slot.1 = v.to_owned(),
+            None => flags.push((k.to_owned(), v.to_owned())),
+        }
+    }
+    flags
+        .into_iter()
+        .map(|(k, v)| format!("--{k}={v}"))
+        .collect()
+}
+
+/// A running cluster-autoscaler (stopped by pid on drop) and its signals: its log, its
+/// metrics endpoint and its status ConfigMap.
+pub struct Autoscaler {
+    proc: Proc,
+    /// Its log file (klog, `--v=4`).
+    pub log: PathBuf,
+    /// `/metrics` and `/health-check`.
+    pub metrics: std::net::SocketAddr,
+    /// Its release.
+    pub version: String,
+}
+
+/// One `Final scale-up plan` entry of CA's log: group, current size, new size, max.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaScaleUp {
+    /// Seconds of the UTC day of the log line.
+    pub at_day_s: f64,
+    /// Node group.
+    pub group: String,
+    /// Size before.
+    pub from: u32,
+    /// Size asked for.
+    pub to: u32,
+}
+
+impl CaScaleUp {
+    /// Nodes CA asked for.
+    pub fn delta(&self) -> u32 {
+        self.to - self.from
+    }
+}
+
+/// Seconds of the UTC day of a klog line (`I1201 03:40:12.345678 ...`), if it is one.
+pub fn klog_day_seconds(line: &str) -> Option<f64> {
+    let time = line.get(6..21)?;
+    let mut parts = time.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
+/// Seconds of the current UTC day.
+pub fn now_day_seconds() -> f64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    (now.as_secs_f64()) % 86400.0
+}
+
+impl Cluster {
+    /// Starts CA against this control plane and gangscaler per `spec`. Writes the cloud-config
+    /// CA reads (`address`, and `cert`/`key`/`cacert` for mTLS) into this run's folder.
+    pub fn start_autoscaler(&self, name: &str, spec: &AutoscalerSpec) -> Autoscaler {
+        let versions = Versions::load();
+        let cc = self.dir.join(format!("{name}-cloud-config.yaml"));
+        let mut text = format!(
+            "address: \"127.0.0.1:{}\"\ngrpc_timeout: 10s\n",
+            spec.grpc_port
+        );
+        if let Transport::Mtls { cert, key, cacert } = &spec.transport {
+            text.push_str(&format!(
+                "cert: {}\nkey: {}\ncacert: {}\n",
+                cert.display(),
+                key.display(),
+                cacert.display()
+            ));
+        }
+        write(&cc, &text);
+        let port = free_port();
+        let mut cmd = Command::new(versions.ca_bin(&spec.version));
+        cmd.args(autoscaler_flags(&self.kubeconfig, &cc, port, &spec.flags));
+        let proc = Proc::spawn_logged(name, &self.dir, cmd);
+        Autoscaler {
+            proc,
+            log: self.dir.join(format!("{name}.log")),
+            metrics: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            version: spec.version.clone(),
+        }
+    }
+}
+
+impl Autoscaler {
+    /// Everything CA has logged so far.
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Fails the test if CA has exited.
+    pub fn assert_running(&mut self) {
+        self.proc.assert_running();
+    }
+
+    /// The log lines containing `needle`.
+    pub fn lines(&self, needle: &str) -> Vec<String> {
+        self.log_text()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Every scale-up CA planned, from its `Final scale-up plan: [{gpu 0->1 (max: 4)}]` lines.
+    pub fn scale_ups(&self) -> Vec<CaScaleUp> {
+        let mut out = Vec::new();
+        // `] ` keeps CA's own klog lines, not the event-sink lines that echo them.
+        for line in self.lines("] Final scale-up plan: [") {
+            let at_day_s = klog_day_seconds(&line).unwrap_or(0.0);
+            let plan = line.split("Final scale-up plan: [").nth(1).unwrap_or("");
+            for entry in plan.split('{').skip(1) {
+                let mut words = entry.split_whitespace();
+                let (Some(group), Some(sizes)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                let Some((from, to)) = sizes.split_once("->") else {
+                    continue;
+                };
+                if let (Ok(from), Ok(to)) = (from.parse(), to.parse()) {
+                    out.push(CaScaleUp {
+                        at_day_s,
+                        group: group.to_owned(),
+                        from,
+                        to,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Every scale-up CA planned for `group`.
+    pub fn scale_ups_of(&self, group: &str) -> Vec<CaScaleUp> {
+        self.scale_ups()
+            .into_iter()
+            .filter(|s| s.group == group)
+            .collect()
+    }
+
+    /// The nodes CA's scale-down removed (empty or drained), in log order.
+    pub fn scaled_down_nodes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for line in self.lines("] Scale-down: removing ") {
+            let rest = line.split("Scale-down: removing ").nth(1).unwrap_or("");
+            let name = rest
+                .trim_start_matches("empty node ")
+                .trim_start_matches("node ")
+                .split([',', ' '])
+                .next()
+                .unwrap_or("")
+                .trim_matches('"');
+            if !name.is_empty() {
+                out.push(name.to_owned());
+            }
+        }
+        out
+    }
+
+    /// CA's `/metrics` text.
+    pub async fn metrics_text(&self) -> String {
+        let (status, body) = http_get(self.metrics, "/metrics")
+            .await
+            .unwrap_or_else(|| panic!("CA /metrics at {} did not answer", self.metrics));
+        assert_eq!(status, 200, "CA /metrics: {body}");
+        body
+    }
+
+    /// CA's status ConfigMap (`kube-system/cluster-autoscaler-status`), its `status` text.
+    pub async fn status(&self, client: &kube::Client) -> Option<String> {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), "kube-system");
+        let cm = api.get_opt("cluster-autoscaler-status").await.ok()??;
+        cm.data?.get("status").cloned()
+    }
+
+    /// Waits until CA's health check answers (its informers synced and the loop running).
+    pub async fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.proc.assert_running();
+            if http_get(self.metrics, "/health-check")
+                .await
+                .is_some_and(|(status, _)| status == 200)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster-autoscaler not healthy; log {}",
+                self.log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// The sum of the samples of `name` whose labels contain every `k="v"` of `labels` (`None`
+/// when no sample matches): CA pre-creates some series at 0 beside the ones it increments.
+pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name).is_some_and(|rest| {
+                (rest.starts_with('{') || rest.starts_with(' '))
+                    && labels
+                        .iter()
+                        .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+            })
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .fold(None, |sum, v| Some(sum.unwrap_or(0.0) + v))
+}
+
+/// An HTTP/1.0 GET (so that Go servers answer without chunked encoding); `None` if nothing
+/// answered within 5 s.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.ok()?;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let status = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((status, body.to_owned()))
+    };
+    tokio::time::timeout(Duration::from_secs(5), fetch)
+        .await
+        .ok()
+        .flatten()
 }

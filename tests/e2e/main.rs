@@ -1,14 +1,16 @@
-//! End-to-end tests of the kwok backend against a real control plane (etcd, kube-apiserver,
-//! kube-scheduler, kube-controller-manager, kwok; see `harness.rs`).
+//! End-to-end tests against a real control plane (etcd, kube-apiserver, kube-scheduler,
+//! kube-controller-manager, kwok; see `harness.rs`) and the real cluster-autoscaler, built
+//! from the upstream sources in `../shared/cluster-autoscaler`.
 //!
-//! The real cluster-autoscaler cannot be built here: the Go module proxy refuses
-//! `k8s.io/autoscaler/cluster-autoscaler` (HTTP 403). Where a scenario needs "CA calls
-//! IncreaseSize", the test makes that call itself over gRPC and says so; nothing here pretends to
-//! be CA's scale-up logic.
+//! - `ca_scaleup`, `ca_lifecycle`, `ca_wire`: every gang scenario, driven by CA calling
+//!   gangscaler over `externalgrpc` (see `scenario.rs`); each records a row of
+//!   `docs/e2e-results.md`.
+//! - `alone`: gangscaler without CA (the kwok backend, the cluster view, and gangscaler's own
+//!   side of the gRPC contract).
 //!
 //! These tests need the binaries from `tests/e2e/build.sh`; they are `#[ignore]`d so a plain
-//! `cargo test` does not need them. Run: `tests/e2e/build.sh && cargo test --all-features --test
-//! e2e -- --ignored --test-threads=1`.
+//! `cargo test` does not need them. Run: `tests/e2e/build.sh --legacy-ca && cargo test
+//! --all-features --test e2e -- --ignored --test-threads=1`.
 
 #![allow(
     clippy::expect_used,
@@ -18,417 +20,22 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-mod harness;
-mod lifecycle;
 
-use std::collections::{BTreeMap, BTreeSet};
+mod alone;
+mod ca_lifecycle;
+mod ca_scaleup;
+mod ca_wire;
+mod harness;
+mod scenario;
+
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gangscaler::config::KubernetesSettings;
-use gangscaler::model::{
-    AttachSimulation, BackendSpec, ErrorCode, GpuSpec, InstanceState, KwokBackendSpec,
-    NodeGroupSpec, SimulatedFailure, Taint, TaintEffect, quantity::Quantity,
-};
-use gangscaler::proto::cloud_provider_client::CloudProviderClient;
-use gangscaler::proto::{
-    NodeGroupIncreaseSizeRequest, NodeGroupNodesRequest, NodeGroupTargetSizeRequest,
-};
-use gangscaler::provision::kwok::{KwokProvisioner, parse_provider_id};
-use gangscaler::provision::{NodeRef, Provisioner};
-use gangscaler::testing;
-use harness::{Cluster, eventually, free_port};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use harness::{Cluster, eventually};
 use kube::api::{Api, ListParams, PostParams};
 
-const GPU_RESOURCE: &str = "nvidia.com/gpu";
-
-fn kwok_group(id: &str, min: u32, max: u32, backend: KwokBackendSpec) -> NodeGroupSpec {
-    let mut g = testing::group(id, min, max);
-    g.gpu = Some(GpuSpec {
-        count: 8,
-        product: "NVIDIA-H100-80GB-HBM3".into(),
-        memory: Quantity::from_units(80 << 30),
-        resource_name: GPU_RESOURCE.into(),
-    });
-    g.csi = BTreeMap::from([("ebs.csi.aws.com".to_owned(), 4)]);
-    g.taints = vec![Taint {
-        key: GPU_RESOURCE.into(),
-        value: "present".into(),
-        effect: TaintEffect::NoSchedule,
-    }];
-    g.backend = BackendSpec::Kwok(backend);
-    g
-}
-
-fn instant() -> KwokBackendSpec {
-    KwokBackendSpec {
-        provision_delay: Duration::ZERO,
-        failure: None,
-        attach: None,
-    }
-}
-
-fn settings() -> KubernetesSettings {
-    KubernetesSettings::default()
-}
-
-async fn provisioner(cluster: &Cluster) -> KwokProvisioner {
-    KwokProvisioner::new(cluster.client().await, settings(), "nvidia.com/gpu.product")
-}
-
-/// A control plane, an admin client and a kwok provisioner that knows `group`.
-async fn kwok_fixture(
-    test: &str,
-    group: &NodeGroupSpec,
-) -> (Cluster, kube::Client, KwokProvisioner) {
-    let cluster = Cluster::start(test).await;
-    let client = cluster.client().await;
-    let p = provisioner(&cluster).await;
-    p.sync_groups(std::slice::from_ref(group)).await.unwrap();
-    (cluster, client, p)
-}
-
-async fn group_nodes(client: &kube::Client, group: &str) -> Vec<Node> {
-    let api: Api<Node> = Api::all(client.clone());
-    api.list(&ListParams::default().labels(&format!("gangscaler.io/node-group={group}")))
-        .await
-        .unwrap()
-        .items
-}
-
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn kwok_nodes_carry_the_template_and_a_csinode_and_become_ready() {
-    let g = kwok_group("h100", 0, 4, instant());
-    let (_cluster, client, p) = kwok_fixture("template", &g).await;
-    assert_eq!(p.increase(&g, 2).await.unwrap(), 2);
-
-    let nodes = group_nodes(&client, "h100").await;
-    assert_eq!(nodes.len(), 2);
-    for n in &nodes {
-        let name = n.metadata.name.clone().unwrap();
-        let spec = n.spec.as_ref().unwrap();
-        assert_eq!(
-            spec.provider_id.as_deref(),
-            Some(format!("kwok://h100/{name}").as_str())
-        );
-        assert_eq!(spec.taints.as_ref().unwrap()[0].key, GPU_RESOURCE);
-        let labels = n.metadata.labels.as_ref().unwrap();
-        assert_eq!(labels["nvidia.com/gpu.product"], "NVIDIA-H100-80GB-HBM3");
-        assert_eq!(labels["kubernetes.io/hostname"], name);
-        let ann = n.metadata.annotations.as_ref().unwrap();
-        assert_eq!(ann["kwok.x-k8s.io/node"], "fake");
-        assert_eq!(
-            ann["volumes.kubernetes.io/controller-managed-attach-detach"],
-            "true"
-        );
-        let csi: Api<CSINode> = Api::all(client.clone());
-        let csi = csi.get(&name).await.unwrap();
-        assert_eq!(csi.spec.drivers.len(), 1);
-        assert_eq!(csi.spec.drivers[0].name, "ebs.csi.aws.com");
-        assert_eq!(
-            csi.spec.drivers[0].allocatable.as_ref().unwrap().count,
-            Some(4)
-        );
-    }
-    // kwok marks them Ready, keeping the template's capacity; the backend reports them running.
-    let api: Api<Node> = Api::all(client.clone());
-    for n in &nodes {
-        let name = n.metadata.name.clone().unwrap();
-        let what = format!("{name} Ready with GPU allocatable");
-        eventually(&what, Duration::from_secs(30), || {
-            let api = api.clone();
-            let name = name.clone();
-            async move {
-                let n = api.get(&name).await.ok()?;
-                let status = n.status?;
-                let ready = status
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
-                let gpus = status.allocatable?.get(GPU_RESOURCE)?.0.clone();
-                (ready && gpus == "8").then_some(())
-            }
-        })
-        .await;
-    }
-    let instances = p.instances(&g).await.unwrap();
-    assert_eq!(instances.len(), 2);
-    assert!(
-        instances.iter().all(|i| i.state == InstanceState::Running),
-        "{instances:?}"
-    );
-}
-
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn a_restarted_provider_recovers_target_and_pending_capacity_without_duplicates() {
-    let cluster = Cluster::start("restart").await;
-    let client = cluster.client().await;
-    let delayed = KwokBackendSpec {
-        provision_delay: Duration::from_secs(2),
-        ..instant()
-    };
-    let g = kwok_group("train", 0, 10, delayed);
-    {
-        let first = provisioner(&cluster).await;
-        first.sync_groups(std::slice::from_ref(&g)).await.unwrap();
-        assert_eq!(first.increase(&g, 3).await.unwrap(), 3);
-        assert!(
-            group_nodes(&client, "train").await.is_empty(),
-            "nodes are not due yet"
-        );
-        // `first` goes away here, as a crashed provider would.
-    }
-    let a = provisioner(&cluster).await;
-    let b = provisioner(&cluster).await;
-    assert_eq!(
-        a.target_size(&g).await.unwrap(),
-        3,
-        "target survives the restart"
-    );
-    tokio::time::sleep(Duration::from_millis(2100)).await;
-    // Two providers materialise the same due capacity at once: still exactly three nodes.
-    let (ra, rb) = tokio::join!(a.materialize(&g), b.materialize(&g));
-    ra.unwrap();
-    rb.unwrap();
-    let nodes = group_nodes(&client, "train").await;
-    assert_eq!(
-        nodes.len(),
-        3,
-        "{:?}",
-        nodes
-            .iter()
-            .map(|n| n.metadata.name.clone())
-            .collect::<Vec<_>>()
-    );
-    let ids: BTreeSet<String> = b
-        .instances(&g)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
-    assert_eq!(ids.len(), 3);
-    assert_eq!(b.target_size(&g).await.unwrap(), 3);
-    // Nothing left to cancel: all capacity exists.
-    assert!(b.decrease_target(&g, 1).await.is_err());
-}
-
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn concurrent_increases_from_two_providers_never_pass_max() {
-    let cluster = Cluster::start("concurrent").await;
-    let a = Arc::new(provisioner(&cluster).await);
-    let b = Arc::new(provisioner(&cluster).await);
-    let delayed = KwokBackendSpec {
-        provision_delay: Duration::from_secs(3600),
-        ..instant()
-    };
-    let g = Arc::new(kwok_group("burst", 0, 12, delayed));
-    let mut tasks = Vec::new();
-    for i in 0..20 {
-        let p = if i % 2 == 0 { a.clone() } else { b.clone() };
-        let g = g.clone();
-        tasks.push(tokio::spawn(async move { p.increase(&g, 1).await }));
-    }
-    let mut ok = 0;
-    for t in tasks {
-        if t.await.unwrap().is_ok() {
-            ok += 1;
-        }
-    }
-    assert_eq!(ok, 12, "exactly the headroom is granted");
-    assert_eq!(a.target_size(&g).await.unwrap(), 12);
-    // Not-yet-created capacity can be cancelled, and only that.
-    assert_eq!(b.decrease_target(&g, 5).await.unwrap(), 7);
-    assert!(a.decrease_target(&g, 8).await.is_err());
-}
-
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn delete_removes_nodes_lowers_target_and_refuses_foreign_nodes() {
-    let g = kwok_group("del", 1, 5, instant());
-    let (_cluster, client, p) = kwok_fixture("delete", &g).await;
-    p.increase(&g, 2).await.unwrap();
-    let instances = p.instances(&g).await.unwrap();
-    assert_eq!(instances.len(), 3);
-    let foreign = NodeRef {
-        provider_id: "kwok://other/other-abcde".into(),
-        name: "other-abcde".into(),
-    };
-    let victim = NodeRef {
-        provider_id: instances[0].id.clone(),
-        name: instances[0].node_name.clone(),
-    };
-    assert!(p.delete(&g, &[victim.clone(), foreign]).await.is_err());
-    assert_eq!(group_nodes(&client, "del").await.len(), 3, "all or nothing");
-    assert_eq!(p.delete(&g, &[victim]).await.unwrap(), 2);
-    let names: Vec<String> = group_nodes(&client, "del")
-        .await
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    assert_eq!(names.len(), 2);
-    assert!(!names.contains(&instances[0].node_name));
-    // A CA fake node (name = providerID = instance id) deletes too, down to min and no further.
-    let fake = NodeRef {
-        provider_id: instances[1].id.clone(),
-        name: instances[1].id.clone(),
-    };
-    assert_eq!(p.delete(&g, &[fake]).await.unwrap(), 1);
-    let last = NodeRef {
-        provider_id: instances[2].id.clone(),
-        name: String::new(),
-    };
-    assert!(p.delete(&g, &[last]).await.is_err(), "min size 1");
-}
-
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn a_stockout_reports_failed_instances_that_delete_removes() {
-    let spec = KwokBackendSpec {
-        failure: Some(SimulatedFailure {
-            after_instances: 1,
-            code: ErrorCode::Stockout,
-        }),
-        ..instant()
-    };
-    let g = kwok_group("scarce", 0, 5, spec);
-    let (_cluster, client, p) = kwok_fixture("stockout", &g).await;
-    p.increase(&g, 3).await.unwrap();
-    let instances = p.instances(&g).await.unwrap();
-    let failed: Vec<_> = instances.iter().filter(|i| i.error.is_some()).collect();
-    assert_eq!(failed.len(), 2, "{instances:?}");
-    assert!(failed.iter().all(|i| i.state == InstanceState::Creating
-        && i.error.as_ref().unwrap().code == ErrorCode::Stockout));
-    assert_eq!(
-        group_nodes(&client, "scarce").await.len(),
-        1,
-        "failed instances have no Node"
-    );
-    let refs: Vec<NodeRef> = failed
-        .iter()
-        .map(|i| NodeRef {
-            provider_id: i.id.clone(),
-            name: i.id.clone(),
-        })
-        .collect();
-    assert_eq!(p.delete(&g, &refs).await.unwrap(), 1);
-    assert!(
-        p.instances(&g)
-            .await
-            .unwrap()
-            .iter()
-            .all(|i| i.error.is_none())
-    );
-}
-
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn the_simulated_attacher_attaches_or_fails_volume_attachments_on_its_nodes() {
-    let spec = KwokBackendSpec {
-        attach: Some(AttachSimulation {
-            delay: Duration::from_millis(500),
-            fail_driver: Some("broken.csi.example.com".into()),
-        }),
-        ..instant()
-    };
-    let g = kwok_group("vol", 0, 2, spec);
-    let (_cluster, client, p) = kwok_fixture("attach", &g).await;
-    p.increase(&g, 1).await.unwrap();
-    let node = p.instances(&g).await.unwrap().remove(0).node_name;
-    let api: Api<VolumeAttachment> = Api::all(client.clone());
-    for (name, driver) in [
-        ("va-good", "ebs.csi.aws.com"),
-        ("va-bad", "broken.csi.example.com"),
-    ] {
-        let va: VolumeAttachment = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name},
-            "spec": {"attacher": driver, "nodeName": node, "source": {"persistentVolumeName": format!("pv-{name}")}}
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &va).await.unwrap();
-    }
-    p.simulate_attach(std::slice::from_ref(&g)).await.unwrap();
-    let fresh = api.get("va-good").await.unwrap();
-    assert!(
-        !fresh.status.is_some_and(|s| s.attached),
-        "attach waits for the configured delay"
-    );
-    // Creation timestamps have whole seconds, so the attacher counts from the end of that second.
-    tokio::time::sleep(Duration::from_millis(1600)).await;
-    p.simulate_attach(std::slice::from_ref(&g)).await.unwrap();
-    let good = api.get("va-good").await.unwrap().status.unwrap();
-    assert!(good.attached);
-    let bad = api.get("va-bad").await.unwrap().status.unwrap();
-    assert!(!bad.attached);
-    assert!(
-        bad.attach_error
-            .unwrap()
-            .message
-            .unwrap()
-            .contains("broken.csi.example.com")
-    );
-}
-
-/// Writes a config dir for the gangscaler binary with one kwok GPU group (max 4).
-fn write_config(cluster: &Cluster, dir: &std::path::Path, provision_delay: &str) -> (u16, u16) {
-    write_config_with(
-        cluster,
-        dir,
-        "",
-        "",
-        &format!("provisionDelay: {provision_delay}"),
-    )
-}
-
-/// [`write_config`] with extra provider.yaml lines, extra node-group lines and the kwok backend
-/// settings (inside `backend: {type: kwok, ...}`).
-fn write_config_with(
-    cluster: &Cluster,
-    dir: &std::path::Path,
-    provider_extra: &str,
-    group_extra: &str,
-    backend: &str,
-) -> (u16, u16) {
-    let (grpc, http) = (free_port(), free_port());
-    std::fs::create_dir_all(dir.join("nodegroups")).unwrap();
-    std::fs::write(
-        dir.join("provider.yaml"),
-        format!(
-            "server: {{address: \"127.0.0.1:{grpc}\", metricsAddress: \"127.0.0.1:{http}\", plaintext: true}}\nkubernetes: {{kubeconfig: {}}}\n{provider_extra}",
-            cluster.kubeconfig.display()
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("nodegroups/gpu.yaml"),
-        format!(
-            "id: gpu\nminSize: 0\nmaxSize: 4\ninstanceType: p5.48xlarge\nregion: local\nzone: local-a\n\
-             capacity: {{cpu: \"192\", memory: 2048Gi, pods: 110}}\n\
-             gpu: {{count: 8, product: NVIDIA-H100-80GB-HBM3, memory: 81559Mi}}\n\
-             taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]\n\
-             backend: {{type: kwok, {backend}}}\n{group_extra}"
-        ),
-    )
-    .unwrap();
-    (grpc, http)
-}
-
-/// Turns the cluster view (gang admission, lifecycles) on in the config dir `dir`.
-fn enable_watch(dir: &std::path::Path) {
-    let provider = std::fs::read_to_string(dir.join("provider.yaml")).unwrap();
-    std::fs::write(
-        dir.join("provider.yaml"),
-        provider.replace("kubernetes: {", "kubernetes: {watch: true, "),
-    )
-    .unwrap();
-}
-
+/// Starts the gangscaler binary on the configuration folder `config` (logging to `log` in the
+/// run's folder) and waits until its metrics port `http` accepts connections.
 fn start_gangscaler(
     cluster: &Cluster,
     config: &std::path::Path,
@@ -455,121 +62,9 @@ fn start_gangscaler(
     p
 }
 
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn a_pending_gpu_pod_runs_on_a_node_added_through_the_grpc_api_and_a_kill_9_duplicates_nothing()
- {
-    let cluster = Cluster::start("pod-runs").await;
-    let client = cluster.client().await;
-    let config = cluster.dir.join("gangscaler");
-    let (grpc, http) = write_config(&cluster, &config, "3s");
-    let mut server = start_gangscaler(&cluster, &config, http, "gangscaler-1");
-
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "trainer-0"},
-        "spec": {
-            "nodeSelector": {"gangscaler.io/node-group": "gpu"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "train", "image": "example.invalid/train:1",
-                "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]
-        }
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let created = Instant::now();
-    eventually("trainer-0 Unschedulable", Duration::from_secs(30), || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get("trainer-0").await.ok()?;
-            p.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
-                .then_some(())
-        }
-    })
-    .await;
-
-    // Stand-in for CA: the real cluster-autoscaler cannot be built here (module refused).
-    let mut c = CloudProviderClient::connect(format!("http://127.0.0.1:{grpc}"))
-        .await
-        .unwrap();
-    c.node_group_increase_size(NodeGroupIncreaseSizeRequest {
-        id: "gpu".into(),
-        delta: 1,
-    })
-    .await
-    .unwrap();
-    // Crash right after the increase, before the node is due, and restart.
-    server.kill9();
-    assert!(group_nodes(&client, "gpu").await.is_empty());
-    let _server = start_gangscaler(&cluster, &config, http, "gangscaler-2");
-    let mut c = CloudProviderClient::connect(format!("http://127.0.0.1:{grpc}"))
-        .await
-        .unwrap();
-    let target = c
-        .node_group_target_size(NodeGroupTargetSizeRequest { id: "gpu".into() })
-        .await
-        .unwrap()
-        .into_inner()
-        .target_size;
-    assert_eq!(target, 1, "the increase survived kill -9");
-
-    let node = eventually("trainer-0 Running", Duration::from_secs(60), || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get("trainer-0").await.ok()?;
-            let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
-            running.then(|| p.spec.and_then(|s| s.node_name)).flatten()
-        }
-    })
-    .await;
-    eprintln!(
-        "pending-to-running: {:.1}s (includes a 3s provision delay and a kill -9 restart)",
-        created.elapsed().as_secs_f64()
-    );
-    let nodes = group_nodes(&client, "gpu").await;
-    assert_eq!(nodes.len(), 1, "no duplicate node after the restart");
-    assert_eq!(nodes[0].metadata.name.as_deref(), Some(node.as_str()));
-    let instances = c
-        .node_group_nodes(NodeGroupNodesRequest { id: "gpu".into() })
-        .await
-        .unwrap()
-        .into_inner()
-        .instances;
-    assert_eq!(instances.len(), 1);
-    assert_eq!(
-        parse_provider_id(&instances[0].id).map(|(_, n)| n),
-        Some(node.as_str())
-    );
-}
-
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn the_control_plane_serves_the_gang_scheduling_api_of_its_version_row() {
-    let cluster = Cluster::start("gang-api").await;
-    let client = cluster.client().await;
-    let want = harness::Versions::load().gang_api;
-    let (group, version) = want.split_once('/').unwrap();
-    let groups = client.list_api_groups().await.unwrap();
-    let served: Vec<String> = groups
-        .groups
-        .iter()
-        .filter(|g| g.name == group)
-        .flat_map(|g| g.versions.iter().map(|v| v.version.clone()))
-        .collect();
-    assert!(
-        served.iter().any(|v| v == version),
-        "{want} not served; {group} serves {served:?}"
-    );
-    let resources = client.list_api_group_resources(&want).await.unwrap();
-    let kinds: BTreeSet<String> = resources.resources.iter().map(|r| r.kind.clone()).collect();
-    assert!(kinds.contains("Workload"), "{want} kinds: {kinds:?}");
-}
-
-/// Creates `value` (any kind) through the dynamic API, so fields the typed structs of this
-/// build lack (such as `spec.workloadRef` on 1.35) reach the API server.
+/// Creates `value` (any kind, in its `metadata.namespace` or `default`) through the dynamic
+/// API, so fields the typed structs of this build lack (such as `spec.workloadRef` on 1.35)
+/// reach the API server.
 async fn create_dynamic(client: &kube::Client, value: serde_json::Value) {
     let obj: kube::api::DynamicObject = serde_json::from_value(value).unwrap();
     let tm = obj.types.clone().unwrap();
@@ -580,7 +75,10 @@ async fn create_dynamic(client: &kube::Client, value: serde_json::Value) {
     let gvk = kube::api::GroupVersionKind::gvk(group, version, &tm.kind);
     let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
     let api: Api<kube::api::DynamicObject> = match caps.scope {
-        kube::discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), "default", &ar),
+        kube::discovery::Scope::Namespaced => {
+            let ns = obj.metadata.namespace.as_deref().unwrap_or("default");
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
         kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &ar),
     };
     if let Err(e) = api.create(&PostParams::default(), &obj).await {
@@ -589,105 +87,6 @@ async fn create_dynamic(client: &kube::Client, value: serde_json::Value) {
             tm.kind,
             obj.metadata.name.unwrap_or_default()
         );
-    }
-}
-
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn the_cluster_view_discovers_the_gang_api_and_joins_pods_to_their_gang() {
-    let cluster = Cluster::start("cluster-view").await;
-    let client = cluster.client().await;
-    let api = harness::Versions::load().gang_api;
-    let pod = |name: &str, link: serde_json::Value| {
-        let mut spec = serde_json::json!({
-            "containers": [{"name": "c", "image": "example.invalid/train:1",
-                "resources": {"requests": {"cpu": "2", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]
-        });
-        spec.as_object_mut()
-            .unwrap()
-            .extend(link.as_object().unwrap().clone());
-        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec})
-    };
-    if api.ends_with("/v1alpha1") {
-        create_dynamic(&client, serde_json::json!({
-            "apiVersion": api, "kind": "Workload", "metadata": {"name": "train", "namespace": "default"},
-            "spec": {"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 2}}}]}
-        }))
-        .await;
-        for i in 0..3 {
-            create_dynamic(
-                &client,
-                pod(
-                    &format!("train-{i}"),
-                    serde_json::json!({"workloadRef": {"name": "train", "podGroup": "workers"}}),
-                ),
-            )
-            .await;
-        }
-    } else {
-        create_dynamic(&client, serde_json::json!({
-            "apiVersion": api, "kind": "PodGroup", "metadata": {"name": "train", "namespace": "default"},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}
-        }))
-        .await;
-        for i in 0..3 {
-            create_dynamic(
-                &client,
-                pod(
-                    &format!("train-{i}"),
-                    serde_json::json!({"schedulingGroup": {"podGroupName": "train"}}),
-                ),
-            )
-            .await;
-        }
-    }
-    create_dynamic(&client, pod("loner", serde_json::json!({}))).await;
-
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let view = gangscaler::cluster::ClusterView::start(client.clone(), &shutdown)
-        .await
-        .unwrap();
-    assert_eq!(view.gang_api(), Some(api.as_str()));
-    view.wait_ready().await;
-    let gangs = eventually(
-        "the gang with its three pods",
-        Duration::from_secs(20),
-        || {
-            let set = view.snapshot();
-            async move {
-                let v = gangscaler::cluster::gangs(&set, 0);
-                if !v.problems.is_empty() {
-                    eprintln!("problems: {:?}", v.problems);
-                }
-                (v.gangs.len() == 1 && v.gangs[0].members.len() == 3).then_some(v)
-            }
-        },
-    )
-    .await;
-    let gang = &gangs.gangs[0];
-    assert_eq!(gang.min_count, 2);
-    assert_eq!(gang.id.api_version, api);
-    assert!(gang.is_pending());
-    assert!(
-        gang.members
-            .iter()
-            .all(|m| m.demand.extended.get(GPU_RESOURCE) == Some(&8))
-    );
-    assert_eq!(
-        gangs.ungrouped_pending.len(),
-        1,
-        "{:?}",
-        gangs.ungrouped_pending
-    );
-    assert!(gangs.ungrouped_pending[0].0.ends_with("loner"));
-    shutdown.cancel();
-}
-
-/// Creates a gang of `pods` pods, each needing a whole 8-GPU node, in the served gang API.
-async fn create_gpu_gang(client: &kube::Client, api: &str, name: &str, min: u32, pods: u32) {
-    create_gang_object(client, api, name, min).await;
-    for i in 0..pods {
-        create_member(client, api, name, i, None, serde_json::json!({})).await;
     }
 }
 
@@ -708,74 +107,6 @@ async fn create_gang_object(client: &kube::Client, api: &str, name: &str, min: u
     }
 }
 
-/// Member `i` of gang `gang`: a whole 8-GPU node, mounting `claim` if given, with `extra` merged
-/// into its spec.
-async fn create_member(
-    client: &kube::Client,
-    api: &str,
-    gang: &str,
-    i: u32,
-    claim: Option<&str>,
-    extra: serde_json::Value,
-) {
-    let link = if api.ends_with("/v1alpha1") {
-        serde_json::json!({"workloadRef": {"name": gang, "podGroup": "workers"}})
-    } else {
-        serde_json::json!({"schedulingGroup": {"podGroupName": gang}})
-    };
-    let mut container = serde_json::json!({"name": "train", "image": "example.invalid/train:1",
-        "resources": {"requests": {"cpu": "8", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}});
-    let mut spec = serde_json::json!({
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    });
-    if let Some(claim) = claim {
-        container["volumeMounts"] = serde_json::json!([{"name": "ckpt", "mountPath": "/ckpt"}]);
-        spec["volumes"] =
-            serde_json::json!([{"name": "ckpt", "persistentVolumeClaim": {"claimName": claim}}]);
-    }
-    spec["containers"] = serde_json::json!([container]);
-    let spec = spec.as_object_mut().unwrap();
-    spec.extend(link.as_object().unwrap().clone());
-    spec.extend(extra.as_object().unwrap().clone());
-    create_dynamic(
-        client,
-        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("{gang}-{i}"), "namespace": "default"}, "spec": spec}),
-    )
-    .await;
-}
-
-/// IncreaseSize through gRPC, retrying while the cluster view syncs (Unavailable).
-async fn increase_when_synced(
-    c: &mut CloudProviderClient<tonic::transport::Channel>,
-    id: &str,
-    delta: i32,
-) -> Result<(), tonic::Status> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match c
-            .node_group_increase_size(NodeGroupIncreaseSizeRequest {
-                id: id.into(),
-                delta,
-            })
-            .await
-        {
-            Err(s) if s.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            other => return other.map(|_| ()),
-        }
-    }
-}
-
-async fn target_of(c: &mut CloudProviderClient<tonic::transport::Channel>, id: &str) -> i32 {
-    c.node_group_target_size(NodeGroupTargetSizeRequest { id: id.into() })
-        .await
-        .unwrap()
-        .into_inner()
-        .target_size
-}
-
 /// The note of the event with `reason` on the gang object named `name` (waits for it).
 async fn gang_event(client: &kube::Client, name: &str, reason: &str) -> String {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
@@ -793,100 +124,32 @@ async fn gang_event(client: &kube::Client, name: &str, reason: &str) -> String {
     .await
 }
 
-/// A control plane with a gang of `members` whole-node GPU pods (minCount = members) and
-/// gangscaler serving the kwok `gpu` group (max 4) with the cluster view on (strict admission).
-async fn admission_scenario(
-    test: &str,
-    gang: &str,
-    members: u32,
-) -> (
-    Cluster,
-    kube::Client,
-    harness::Proc,
-    CloudProviderClient<tonic::transport::Channel>,
-) {
-    let cluster = Cluster::start(test).await;
-    let client = cluster.client().await;
-    let api = harness::Versions::load().gang_api;
-    let config = cluster.dir.join("gangscaler");
-    let (grpc, http) = write_config(&cluster, &config, "0s");
-    enable_watch(&config);
-    create_gpu_gang(&client, &api, gang, members, members).await;
-    let server = start_gangscaler(&cluster, &config, http, "gangscaler");
-    let c = CloudProviderClient::connect(format!("http://127.0.0.1:{grpc}"))
+/// Deletes the gang object `name` (a PodGroup, or a Workload on v1alpha1) of gang API `api`.
+async fn delete_dynamic(client: &kube::Client, api: &str, name: &str) {
+    let kind = if api.ends_with("/v1alpha1") {
+        "Workload"
+    } else {
+        "PodGroup"
+    };
+    let (group, version) = api.split_once('/').unwrap();
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let objects: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &ar);
+    objects
+        .delete(name, &kube::api::DeleteParams::default())
         .await
-        .unwrap();
-    (cluster, client, server, c)
+        .unwrap_or_else(|e| panic!("deleting {kind} {name}: {e}"));
 }
 
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn gang_admission_rounds_a_short_delta_up_to_the_whole_gang_and_the_gang_runs() {
-    let (_cluster, client, _server, mut c) = admission_scenario("gang-roundup", "train", 4).await;
-
-    // Stand-in for CA (the real one cannot be built here) asking for fewer nodes than the gang needs.
-    increase_when_synced(&mut c, "gpu", 1).await.unwrap();
-    assert_eq!(
-        target_of(&mut c, "gpu").await,
-        4,
-        "rounded up to the whole gang"
-    );
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let started = Instant::now();
-    let nodes = eventually(
-        "all four gang members Running",
-        Duration::from_secs(90),
-        || {
-            let pods = pods.clone();
-            async move {
-                let list = pods.list(&ListParams::default()).await.ok()?;
-                let running: BTreeSet<String> = list
-                    .items
-                    .iter()
-                    .filter(|p| {
-                        p.metadata
-                            .name
-                            .as_deref()
-                            .is_some_and(|n| n.starts_with("train-"))
-                    })
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                    })
-                    .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-                    .collect();
-                (running.len() == 4).then_some(running)
-            }
-        },
-    )
-    .await;
-    eprintln!(
-        "gang formed {:.1}s after the increase, on {nodes:?}",
-        started.elapsed().as_secs_f64()
-    );
-    assert_eq!(
-        group_nodes(&client, "gpu").await.len(),
-        4,
-        "exactly the gang's nodes, no more"
-    );
-    let note = gang_event(&client, "train", "ScaleUpAdmitted").await;
-    assert!(note.contains("4 node(s) requested"), "{note}");
-}
-
-#[tokio::test]
-#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
-async fn strict_admission_adds_no_node_when_max_size_allows_only_part_of_a_gang() {
-    // The group allows 4 nodes; the gang needs 6 whole nodes to form.
-    let (_cluster, client, _server, mut c) = admission_scenario("gang-partial", "big", 6).await;
-    let err = increase_when_synced(&mut c, "gpu", 4).await.unwrap_err();
-    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
-    assert!(err.message().contains("default/big"), "{}", err.message());
-    eprintln!("rejection seen by CA: {}", err.message());
-    assert_eq!(target_of(&mut c, "gpu").await, 0);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        group_nodes(&client, "gpu").await.is_empty(),
-        "no idle GPU node was added"
-    );
-    let note = gang_event(&client, "big", "ScaleUpRejected").await;
-    assert!(note.contains("needs 6 nodes"), "{note}");
+/// The (reason, message) of every core/v1 Event about pod `pod` (CA records its
+/// `TriggeredScaleUp` / `NotTriggerScaleUp` there).
+async fn pod_events(client: &kube::Client, pod: &str) -> Vec<(String, String)> {
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(pod))
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
 }

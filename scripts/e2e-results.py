@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Renders docs/e2e-results.md from the rows the CA-driven e2e scenarios append to
+target/e2e-results/<k8s-minor>.jsonl (one JSON object per scenario run; see
+tests/e2e/scenario.rs, `Row`).
+
+Usage: scripts/e2e-results.py [--command CMD] FILE.jsonl [FILE.jsonl ...] > docs/e2e-results.md
+
+A scenario run more than once keeps its last row. The headline is the difference in idle GPU
+node-minutes between `strict` and `off` for every scenario run under both.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+
+
+def machine():
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(f.readline().split()[1])
+            mem = f", {kib / 1024 / 1024:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return f"{platform.machine()}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}"
+
+
+def fmt_s(v):
+    return "never" if v is None else f"{v:.1f} s"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--command", default="")
+    ap.add_argument("--scan-interval", default="2s")
+    ap.add_argument("files", nargs="+")
+    args = ap.parse_args()
+    rows = {}
+    for path in args.files:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError as e:
+                    sys.exit(f"{path}:{n}: not JSON: {e}")
+                rows[(r["k8s"], r["scenario"], r["policy"], r["ca"])] = r
+    if not rows:
+        sys.exit("no rows")
+    out = []
+    w = out.append
+    w("# e2e results: gangscaler with the real Cluster Autoscaler")
+    w("")
+    w("Written by `scripts/e2e-results.py` from the rows the CA-driven e2e scenarios recorded")
+    w("(`tests/e2e/ca_*.rs`); not edited by hand.")
+    w("")
+    w(f"- Generated: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    w(f"- Machine: {machine()}")
+    w(f"- CA: `--scan-interval={args.scan_interval}`, `--expander=least-waste` unless noted, kwok nodes "
+      "due 2 s after the request (10 s apart in the scale-down scenarios)")
+    if args.command:
+        w(f"- Command: `{args.command}`")
+    w("- Idle GPU node-minutes: the time each GPU node existed with no GPU pod bound to it, "
+      "sampled every second, from the gang's creation to the end of the scenario's window "
+      "(until every member ran, or the fixed window when it never formed).")
+    w("")
+    # Headline: strict vs off per scenario.
+    pairs = {}
+    for (k8s, scenario, policy, ca), r in rows.items():
+        pairs.setdefault((k8s, scenario, ca), {})[policy] = r
+    head = [(k, p) for k, p in sorted(pairs.items()) if "strict" in p and "off" in p]
+    if head:
+        w("## Headline: idle GPU node-minutes saved against CA alone")
+        w("")
+        w("`off` applies CA's delta as asked and does not protect nodes (CA alone); `strict` is gangscaler's default.")
+        w("")
+        w("| Kubernetes | CA | Scenario | off | strict | saved | formed (off → strict) |")
+        w("|---|---|---|---|---|---|---|")
+        total = 0.0
+        for (k8s, scenario, ca), p in head:
+            off, strict = p["off"], p["strict"]
+            saved = off["idle_gpu_node_min"] - strict["idle_gpu_node_min"]
+            total += saved
+            w(f"| {k8s} | {ca} | {scenario} | {off['idle_gpu_node_min']:.2f} | {strict['idle_gpu_node_min']:.2f} "
+              f"| **{saved:.2f}** | {fmt_s(off['formed_s'])} → {fmt_s(strict['formed_s'])} |")
+        w(f"| | | **total** | | | **{total:.2f}** | |")
+        w("")
+        w("Each node here has 8 GPUs: GPU-minutes are 8 × the node-minutes.")
+        w("")
+    w("## Every scenario")
+    w("")
+    w("| Kubernetes | CA | Scenario | Policy | CA's asks | Applied | Time to form | Window | Idle GPU node-min | Outcome | Note |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (k8s, scenario, policy, ca), r in sorted(rows.items()):
+        asks = ", ".join(r["ca_asks"]) or "—"
+        applied = ", ".join(str(a) for a in r["applied"]) or "—"
+        w(f"| {k8s} | {ca} | {scenario} | `{policy}` | {asks} | {applied} | {fmt_s(r['formed_s'])} "
+          f"| {r['window_s']:.0f} s | {r['idle_gpu_node_min']:.2f} | {r['outcome']} | {r['note']} |")
+    w("")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

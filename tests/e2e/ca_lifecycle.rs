@@ -1,0 +1,508 @@
+//! What happens after a CA-driven scale-up: CA's scale-down must not take the nodes of a gang
+//! still forming, and takes them once the scale-up's outcome is recorded; gangs competing for
+//! headroom; a stock-out moving the gang to another group; kill -9 of gangscaler mid-way; and
+//! the success accounting (audit report, Prometheus histograms and Events agree with the
+//! records).
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gangscaler::audit::{Event, Outcome, Phase, Verdict};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, ListParams};
+
+use super::ca_scaleup::assert_ca_made_the_calls;
+use super::harness::{eventually, klog_day_seconds, metric_value};
+use super::scenario::{
+    DRIVER, GangSpec, Group, Row, Scenario, Setup, create_gang, create_priority_class,
+};
+use super::{create_dynamic, gang_event};
+
+/// CA's annotation that keeps a node out of scale-down.
+const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+const BROKEN_DRIVER: &str = "broken.csi.example.com";
+
+fn protected(n: &Node) -> bool {
+    n.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SCALE_DOWN_DISABLED))
+        .is_some_and(|v| v == "true")
+}
+
+/// The RDMA device resource of the scale-down scenarios.
+const RDMA: &str = "rdma/ib";
+
+/// A group whose four nodes come 5 s apart (a cloud bringing machines up one by one) and
+/// advertise their RDMA devices only `device_delay` after they register (the RDMA device
+/// plugin starts after the node is Ready; CA has a grace period for late GPUs, none for other
+/// devices). A gang of 4 whole-node members that each need an RDMA device can use none of
+/// them until then, so CA's simulation sees the new nodes empty and its scale-down (4 s
+/// unneeded time here) takes them unless gangscaler protects them.
+fn staggered(name: &str, protection: bool, device_delay: &str) -> Setup {
+    let lifecycle = format!(
+        "{{interval: 500ms, formationTimeout: 75s, attachTimeout: 2m, scaleDownProtection: {protection}}}"
+    );
+    Setup::new(
+        name,
+        "strict",
+        vec![
+            Group::new("gpu", 4)
+                .extra(&format!(
+                    "rdma: {{resourceName: {RDMA}, devices: 8, bandwidthGbps: 3200}}"
+                ))
+                .backend(&format!(
+                    "provisionDelay: 2s, provisionStagger: 5s, deviceDelay: {device_delay}"
+                )),
+        ],
+    )
+    .lifecycle(&lifecycle)
+    .ca_flag("scale-down-unneeded-time", "4s")
+    .ca_flag("scale-down-delay-after-add", "4s")
+}
+
+fn forming_gang() -> GangSpec {
+    GangSpec::new("ckpt", 4).request(RDMA, "1")
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn ca_scale_down_leaves_a_forming_gangs_nodes_alone_and_takes_them_once_the_job_is_done() {
+    let s = Scenario::start(staggered("ca-protect", true, "25s")).await;
+    s.sampler.begin();
+    let created = s.create_gang(&forming_gang()).await;
+    // While the gang forms, every node that came is protected and none is removed.
+    eventually(
+        "two nodes of the scale-up, protected",
+        Duration::from_secs(60),
+        || async {
+            let nodes = s.group_nodes("gpu").await;
+            (nodes.len() >= 2 && nodes.iter().all(protected)).then_some(())
+        },
+    )
+    .await;
+    let nodes = s.wait_running("ckpt", 4, Duration::from_secs(120)).await;
+    let formed = created.elapsed().as_secs_f64();
+    let sample = s.sampler.sample();
+    assert!(
+        sample.removed.is_empty(),
+        "nodes removed while the gang formed: {sample:?}"
+    );
+    assert!(
+        s.ca.scaled_down_nodes().is_empty(),
+        "{:?}",
+        s.ca.scaled_down_nodes()
+    );
+    assert_eq!(nodes.len(), 4);
+    let (_, decisions) = assert_ca_made_the_calls(&s, "gpu");
+    assert_eq!(decisions[0].applied_delta, 4, "{decisions:?}");
+    // CA did consider them: it found them unremovable because of the annotation.
+    let outcome = s.wait_outcome("ckpt", Duration::from_secs(60)).await;
+    assert_eq!(outcome.outcome, Outcome::Succeeded, "{outcome:?}");
+    eventually(
+        "the protection released after the outcome",
+        Duration::from_secs(20),
+        || async {
+            let nodes = s.group_nodes("gpu").await;
+            nodes.iter().all(|n| !protected(n)).then_some(())
+        },
+    )
+    .await;
+    // The job ends; now CA's scale-down takes the nodes.
+    let done = Instant::now();
+    s.delete_members("ckpt").await;
+    eventually(
+        "CA scaled the idle nodes down",
+        Duration::from_secs(120),
+        || async { s.group_nodes("gpu").await.is_empty().then_some(()) },
+    )
+    .await;
+    let gone = done.elapsed().as_secs_f64();
+    assert_eq!(s.ca.scaled_down_nodes().len(), 4, "CA removed them itself");
+    Row::new(
+        &s,
+        "scale-down during formation (RDMA advertised 25s late, unneeded-time 4s)",
+        "gpu",
+        Some(formed),
+    )
+    .outcome(outcome.outcome.as_str())
+    .note(format!(
+        "0 of 4 nodes removed while forming; all 4 scaled down by CA {gone:.0}s after the job ended"
+    ))
+    .record();
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn ca_scale_down_breaks_a_forming_gang_when_protection_is_off() {
+    let s = Scenario::start(staggered("ca-unprotected", false, "25s")).await;
+    s.sampler.begin();
+    let created = s.create_gang(&forming_gang()).await;
+    let outcome = s.wait_outcome("ckpt", Duration::from_secs(150)).await;
+    let sample = s.sampler.sample();
+    assert!(
+        !s.ca.scaled_down_nodes().is_empty(),
+        "CA removed nodes of the forming gang: {sample:?}"
+    );
+    assert!(s.group_nodes("gpu").await.iter().all(|n| !protected(n)));
+    assert_eq!(outcome.outcome, Outcome::FormationTimeout, "{outcome:?}");
+    assert!(s.running("ckpt").await.is_empty(), "the gang never formed");
+    let waited = created.elapsed().as_secs_f64();
+    Row::new(&s, "scale-down during formation (RDMA advertised 25s late, unneeded-time 4s)", "gpu", None)
+        .outcome(outcome.outcome.as_str())
+        .note(format!(
+            "scaleDownProtection: false; CA removed {} nodes while the gang formed; not formed after {waited:.0}s",
+            s.ca.scaled_down_nodes().len()
+        ))
+        .record();
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn ca_scale_down_takes_the_nodes_of_a_cancelled_gang_once_its_outcome_is_recorded() {
+    let s = Scenario::start(staggered("ca-cancelled", true, "5m")).await;
+    s.sampler.begin();
+    s.create_gang(&forming_gang()).await;
+    eventually(
+        "two nodes of the scale-up, protected",
+        Duration::from_secs(60),
+        || async {
+            let nodes = s.group_nodes("gpu").await;
+            (nodes.len() >= 2 && nodes.iter().all(protected)).then_some(())
+        },
+    )
+    .await;
+    // The user cancels the job while it forms.
+    super::delete_dynamic(&s.client, &s.api, "ckpt").await;
+    s.delete_members("ckpt").await;
+    let outcome = s.wait_outcome("ckpt", Duration::from_secs(30)).await;
+    assert_eq!(outcome.outcome, Outcome::Cancelled, "{outcome:?}");
+    let outcome_at =
+        ((outcome.requested_at_ms as f64 + outcome.duration_ms as f64) / 1000.0) % 86400.0;
+    eventually(
+        "CA scaled every node down",
+        Duration::from_secs(150),
+        || async {
+            let done = s.group_nodes("gpu").await.is_empty() && s.ca.scaled_down_nodes().len() == 4;
+            done.then_some(())
+        },
+    )
+    .await;
+    for line in s.ca.lines("] Scale-down: removing ") {
+        let at = klog_day_seconds(&line).unwrap();
+        assert!(
+            at >= outcome_at - 1.0,
+            "CA removed a node before the outcome ({outcome_at}): {line}"
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn ca_two_gangs_compete_for_one_groups_headroom_and_the_higher_priority_one_goes_first() {
+    let mut created = None;
+    let s = Scenario::start_with(
+        Setup::new("ca-compete", "strict", vec![Group::new("gpu", 4)]),
+        async |client, api| {
+            create_priority_class(client, "train-high", 1000).await;
+            create_priority_class(client, "train-low", 100).await;
+            // The low-priority gang is older; priority still goes first.
+            create_gang(client, api, &GangSpec::new("lo", 4).priority("train-low")).await;
+            created = Some(
+                create_gang(client, api, &GangSpec::new("hi", 4).priority("train-high")).await,
+            );
+        },
+    )
+    .await;
+    s.sampler.begin();
+    let created = created.unwrap();
+    let hi = s.wait_running("hi", 4, Duration::from_secs(120)).await;
+    let hi_formed = created.elapsed().as_secs_f64();
+    assert!(
+        s.running("lo").await.is_empty(),
+        "the other gang waits whole"
+    );
+    let (_, decisions) = assert_ca_made_the_calls(&s, "gpu");
+    let first = &decisions[0];
+    assert_eq!(first.gangs.len(), 1, "{first:?}");
+    assert!(first.gangs[0].gang.name.starts_with("hi"), "{first:?}");
+    assert!(
+        first.deferred.iter().any(|d| d.gang.name.starts_with("lo")),
+        "{first:?}"
+    );
+    // hi's job finishes; lo runs on the freed nodes.
+    let freed = Instant::now();
+    s.delete_members("hi").await;
+    let lo = s.wait_running("lo", 4, Duration::from_secs(120)).await;
+    let lo_after = freed.elapsed().as_secs_f64();
+    assert_eq!(lo, hi, "lo took the nodes hi freed");
+    assert_eq!(
+        s.sampler.sample().max_nodes,
+        4,
+        "never more than the headroom"
+    );
+    Row::new(&s, "two gangs, one group's headroom (4 × 8 GPU each, max 4)", "gpu", Some(hi_formed))
+        .outcome("succeeded (hi), then lo")
+        .note(format!("hi (priority 1000) admitted, lo (100, older) deferred; lo Running {lo_after:.1}s after hi finished"))
+        .record();
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn ca_backs_off_a_stocked_out_group_and_the_gang_runs_whole_on_another() {
+    let groups = vec![
+        Group::new("gpu-a", 4)
+            .backend("provisionDelay: 2s, failure: {afterInstances: 0, code: stockout}"),
+        Group::new("gpu-b", 4),
+    ];
+    let setup = Setup::new("ca-stockout", "strict", groups).ca_flag("expander", "priority");
+    let s = Scenario::start_with(setup, async |client, _| {
+        // CA's priority expander prefers gpu-a.
+        create_dynamic(
+            client,
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cluster-autoscaler-priority-expander", "namespace": "kube-system"},
+                "data": {"priorities": "50:\n  - gpu-a\n10:\n  - gpu-b\n"}}),
+        )
+        .await;
+    })
+    .await;
+    s.sampler.begin();
+    let created = s.create_gang(&GangSpec::new("train", 2)).await;
+    let nodes = s.wait_running("train", 2, Duration::from_secs(180)).await;
+    let formed = created.elapsed().as_secs_f64();
+    let b: Vec<String> = s
+        .group_nodes("gpu-b")
+        .await
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert!(
+        nodes.iter().all(|n| b.contains(n)),
+        "{nodes:?} on gpu-b {b:?}"
+    );
+    assert!(s.group_nodes("gpu-a").await.is_empty());
+    assert_ca_made_the_calls(&s, "gpu-a");
+    assert_ca_made_the_calls(&s, "gpu-b");
+    assert!(
+        !s.ca.lines("stockout").is_empty(),
+        "CA saw the stock-out error of gpu-a's instances"
+    );
+    assert!(
+        !s.ca
+            .lines("Node group gpu-a is not ready for scaleup - backoff")
+            .is_empty(),
+        "CA backed gpu-a off"
+    );
+    let outcomes = s.outcomes("train");
+    let by_group: BTreeMap<&str, Outcome> = outcomes
+        .iter()
+        .map(|o| (o.node_group.as_str(), o.outcome))
+        .collect();
+    eprintln!("outcomes: {outcomes:?}");
+    assert_eq!(
+        by_group.get("gpu-a"),
+        Some(&Outcome::ProvisionFailed),
+        "{outcomes:?}"
+    );
+    let ok = s
+        .wait_outcome_in("train", "gpu-b", Duration::from_secs(30))
+        .await;
+    assert_eq!(ok.outcome, Outcome::Succeeded);
+    Row::new(
+        &s,
+        "stock-out on the preferred group (2 × 8 GPU)",
+        "gpu-a",
+        Some(formed),
+    )
+    .outcome("provisionFailed on gpu-a, succeeded on gpu-b")
+    .note(format!(
+        "CA asks: gpu-a {:?}, gpu-b {:?}",
+        s.ca.scale_ups_of("gpu-a")
+            .iter()
+            .map(|u| format!("{}->{}", u.from, u.to))
+            .collect::<Vec<_>>(),
+        s.ca.scale_ups_of("gpu-b")
+            .iter()
+            .map(|u| format!("{}->{}", u.from, u.to))
+            .collect::<Vec<_>>()
+    ))
+    .record();
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn ca_driven_scale_up_survives_kill_9_and_the_accounting_agrees_with_the_records() {
+    let setup = Setup::new(
+        "ca-kill9",
+        "strict",
+        vec![Group::new("gpu", 4).csi(8).backend(&format!(
+            "provisionDelay: 2s, attach: {{delay: 4s, failDriver: {BROKEN_DRIVER}}}"
+        ))],
+    );
+    let mut s = Scenario::start(setup).await;
+    s.sampler.begin();
+    // ckpt's volumes attach after a delay; bad's volumes are on the driver whose attach fails.
+    let asked = Instant::now();
+    s.create_gang(&GangSpec::new("ckpt", 2).volumes(1)).await;
+    s.create_gang(
+        &GangSpec::new("bad", 2)
+            .volumes(1)
+            .volume_driver(BROKEN_DRIVER),
+    )
+    .await;
+    // Crash while the lifecycle is open: after ckpt formed, before its volumes attach.
+    eventually("ckpt formed", Duration::from_secs(90), || async {
+        s.records()
+            .iter()
+            .any(|r| {
+                matches!(&r.event, Event::Phase(p) if p.phase >= Phase::GangFormed
+                && p.gang.as_ref().is_some_and(|g| g.name.starts_with("ckpt")))
+            })
+            .then_some(())
+    })
+    .await;
+    let note = gang_event(&s.client, "ckpt", "ScaleUpGangFormed").await;
+    assert!(note.contains("gang formed"), "{note}");
+    s.kill_gangscaler();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    s.restart_gangscaler();
+    let ok = s.wait_outcome("ckpt", Duration::from_secs(90)).await;
+    let failed = s.wait_outcome("bad", Duration::from_secs(60)).await;
+    let observed_within_ms = u64::try_from(asked.elapsed().as_millis()).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // No duplicate: the nodes CA asked for once, each record once.
+    let (asks, decisions) = assert_ca_made_the_calls(&s, "gpu");
+    let applied: u32 = decisions.iter().map(|d| d.applied_delta).sum();
+    assert_eq!(applied, 4, "{decisions:?}");
+    assert_eq!(
+        s.group_nodes("gpu").await.len(),
+        4,
+        "no duplicate node after kill -9"
+    );
+    eprintln!("CA asks {asks:?}");
+    let all = s.records();
+    let keys: Vec<String> = all
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Phase(p) => Some(format!(
+                "{}/{:?}/{}",
+                p.scale_up_id,
+                p.gang,
+                p.phase.as_str()
+            )),
+            Event::Outcome(o) => Some(format!("{}/{:?}/outcome", o.scale_up_id, o.gang)),
+            Event::Decision(_) => None,
+        })
+        .collect();
+    let unique: std::collections::BTreeSet<&String> = keys.iter().collect();
+    assert_eq!(keys.len(), unique.len(), "a record written twice: {keys:?}");
+    assert_eq!(s.outcomes("ckpt").len(), 1);
+    assert_eq!(s.outcomes("bad").len(), 1);
+
+    assert_eq!(ok.outcome, Outcome::Succeeded, "{ok:?}");
+    let formed = ok.formed_at_ms.expect("formed time");
+    let attached = ok.attached_at_ms.expect("attached time");
+    assert!(attached - formed >= 2_000, "the attach delay shows: {ok:?}");
+    assert_eq!(failed.outcome, Outcome::AttachFailed, "{failed:?}");
+    assert!(failed.reason.contains(BROKEN_DRIVER), "{}", failed.reason);
+    // The VolumeAttachments came from the attach-detach controller (`csi-<hash>` names).
+    let vas: Api<VolumeAttachment> = Api::all(s.client.clone());
+    let vas = vas.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        vas.iter()
+            .filter(|va| va.spec.attacher == DRIVER)
+            .all(|va| va
+                .metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("csi-"))),
+        "{vas:?}"
+    );
+
+    // Metrics of the restarted process (it recorded both outcomes).
+    let m = s.gangscaler_metrics().await;
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        metric_value(&m, name, labels).unwrap_or_else(|| panic!("{name} {labels:?} missing:\n{m}"))
+    };
+    let g = ("node_group", "gpu");
+    assert_eq!(
+        value(
+            "gangscaler_scaleup_outcomes_total",
+            &[g, ("outcome", "succeeded")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "gangscaler_scaleup_outcomes_total",
+            &[g, ("outcome", "attachFailed")]
+        ),
+        1.0
+    );
+    assert_eq!(value("gangscaler_scaleup_success_seconds_count", &[g]), 1.0);
+    assert_eq!(value("gangscaler_scaleup_open", &[]), 0.0);
+    // Events on the gang objects.
+    assert!(
+        gang_event(&s.client, "ckpt", "ScaleUpSucceeded")
+            .await
+            .contains("succeeded")
+    );
+    assert!(
+        gang_event(&s.client, "bad", "ScaleUpFailed")
+            .await
+            .contains("attachFailed")
+    );
+    // `gangscaler audit report` agrees with the records.
+    let out = Command::new(env!("CARGO_BIN_EXE_gangscaler"))
+        .args(["audit", "report", "--output", "json"])
+        .arg(&s.audit)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let overall = &report["overall"];
+    assert_eq!(overall["outcomes"]["succeeded"], 1, "{report:#}");
+    assert_eq!(overall["outcomes"]["attachFailed"], 1, "{report:#}");
+    assert_eq!(overall["startSuccessRate"], 0.5, "{report:#}");
+    assert_eq!(overall["attachFailureRate"], 0.5, "{report:#}");
+    let formations: Vec<u64> = [&ok, &failed]
+        .iter()
+        .map(|o| u64::try_from(o.formed_at_ms.expect("both formed") - o.requested_at_ms).unwrap())
+        .collect();
+    let formation = &overall["formation"];
+    assert_eq!(formation["count"], 2, "{report:#}");
+    assert_eq!(
+        formation["p50Ms"],
+        *formations.iter().min().unwrap(),
+        "{report:#}"
+    );
+    assert_eq!(
+        formation["p95Ms"],
+        *formations.iter().max().unwrap(),
+        "{report:#}"
+    );
+    assert!(*formations.iter().max().unwrap() <= observed_within_ms);
+    // The formation histogram saw the same two observations.
+    let m_count = value("gangscaler_scaleup_formation_seconds_count", &[g]);
+    let m_sum = value("gangscaler_scaleup_formation_seconds_sum", &[g]);
+    // The restarted process observed at most both (the first one may have been observed
+    // before the crash); its sum matches those records.
+    assert!((1.0..=2.0).contains(&m_count), "{m_count}");
+    assert!(m_sum <= formations.iter().sum::<u64>() as f64 / 1000.0 + 0.001);
+    assert!(decisions.iter().all(|d| d.verdict == Verdict::Accept));
+    Row::new(&s, "kill -9 mid scale-up (2 gangs × 2 × 8 GPU, volumes)", "gpu", Some(formed as f64 / 1000.0 - ok.requested_at_ms as f64 / 1000.0))
+        .outcome("succeeded + attachFailed")
+        .note(format!(
+            "gangscaler killed after ckpt formed; {applied} nodes for CA's asks {:?}; every record once",
+            asks.iter().map(|u| format!("{}->{}", u.from, u.to)).collect::<Vec<_>>()
+        ))
+        .record();
+}

@@ -1,0 +1,117 @@
+//! The wire matrix: CA 1.34 (the legacy wire: the template in field 1, option durations in
+//! fields 3–5) against gangscaler, and what gangscaler shows when CA cannot see a gang at all
+//! (members without a scheduler verdict).
+
+use std::time::{Duration, Instant};
+
+use super::ca_scaleup::assert_ca_made_the_calls;
+use super::gang_event;
+use super::harness::{Versions, eventually, metric_value};
+use super::scenario::{GangSpec, Group, Row, Scenario, Setup};
+
+fn on_group(group: &str) -> serde_json::Value {
+    serde_json::json!({"nodeSelector": {"gangscaler.io/node-group": group}})
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh --legacy-ca"]
+async fn ca_1_34_reads_the_legacy_template_and_option_fields_and_scales_a_group_from_zero() {
+    let legacy = Versions::load().ca_legacy;
+    // `keep` overrides scale-down-unneeded-time to 10m through NodeGroupGetOptions; `drop`
+    // keeps CA's 5s. CA 1.34 reads the durations from fields 3-5 only: if they were missing
+    // there, it would read 0 and remove `keep`'s nodes at once.
+    let groups = vec![
+        Group::new("keep", 2).extra("autoscalingOptions: {scaleDownUnneededTime: 10m}"),
+        Group::new("drop", 2),
+    ];
+    let setup = Setup::new("ca-legacy-wire", "strict", groups)
+        .ca_version(&legacy)
+        .ca_flag("scale-down-unneeded-time", "5s")
+        .ca_flag("scale-down-delay-after-add", "5s");
+    let s = Scenario::start(setup).await;
+    s.sampler.begin();
+    let created = s
+        .create_gang(&GangSpec::new("k", 2).extra(on_group("keep")))
+        .await;
+    s.create_gang(&GangSpec::new("d", 2).extra(on_group("drop")))
+        .await;
+    s.wait_running("k", 2, Duration::from_secs(120)).await;
+    let formed = created.elapsed().as_secs_f64();
+    s.wait_running("d", 2, Duration::from_secs(60)).await;
+    // Scaled from zero: CA read the template from field 1 (1.34 has no nodeBytes).
+    for group in ["keep", "drop"] {
+        let (asks, _) = assert_ca_made_the_calls(&s, group);
+        assert_eq!(asks[0].from, 0, "{group}: {asks:?}");
+    }
+    // Both scale-ups end (which releases their nodes' scale-down protection), then both jobs
+    // end; CA removes `drop`'s idle nodes after 5s, and keeps `keep`'s for 10m.
+    for gang in ["k", "d"] {
+        let o = s.wait_outcome(gang, Duration::from_secs(60)).await;
+        assert_eq!(o.outcome.as_str(), "succeeded", "{o:?}");
+    }
+    s.delete_members("k").await;
+    s.delete_members("d").await;
+    let ended = Instant::now();
+    eventually(
+        "CA scaled `drop` down",
+        Duration::from_secs(120),
+        || async { s.group_nodes("drop").await.is_empty().then_some(()) },
+    )
+    .await;
+    let dropped_after = ended.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let keep = s.group_nodes("keep").await;
+    assert_eq!(
+        keep.len(),
+        2,
+        "CA 1.34 honoured keep's 10m scale-down-unneeded-time from the legacy fields"
+    );
+    assert!(
+        keep.iter()
+            .all(|n| n.metadata.annotations.as_ref().is_none_or(
+                |a| !a.contains_key("cluster-autoscaler.kubernetes.io/scale-down-disabled")
+            )),
+        "the option, not gangscaler's protection, keeps them"
+    );
+    assert!(
+        s.ca.scaled_down_nodes()
+            .iter()
+            .all(|n| n.starts_with("drop")),
+        "{:?}",
+        s.ca.scaled_down_nodes()
+    );
+    Row::new(&s, "legacy wire: CA 1.34 scales two groups from zero", "keep", Some(formed))
+        .outcome("succeeded")
+        .note(format!(
+            "`drop` (CA's 5s) scaled down {dropped_after:.0}s after the job; `keep` (10m via fields 3-5) kept {:.0}s and more",
+            ended.elapsed().as_secs_f64()
+        ))
+        .record();
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn a_gang_whose_members_get_no_scheduler_verdict_is_flagged_since_ca_cannot_see_it() {
+    let setup = Setup::new("ca-no-verdict", "strict", vec![Group::new("gpu", 4)])
+        .lifecycle("{interval: 500ms, noVerdictAfter: 5s}");
+    let s = Scenario::start(setup).await;
+    // No scheduler by this name runs: the members never get PodScheduled=False/Unschedulable,
+    // which is what CA needs to consider a pod (the symptom of kube-scheduler 1.37.2's
+    // DynamicResources PodGroupPostFilter error).
+    s.create_gang(
+        &GangSpec::new("unseen", 2)
+            .extra(serde_json::json!({"schedulerName": "no-such-scheduler"})),
+    )
+    .await;
+    let note = gang_event(&s.client, "unseen", "GangNotSeenByAutoscaler").await;
+    assert!(note.contains("no-such-scheduler"), "{note}");
+    let m = s.gangscaler_metrics().await;
+    assert_eq!(
+        metric_value(&m, "gangscaler_gangs_without_verdict", &[]),
+        Some(1.0),
+        "{m}"
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(s.ca.scale_ups().is_empty(), "CA never saw the gang");
+    assert!(s.group_nodes("gpu").await.is_empty());
+}
