@@ -61,8 +61,14 @@ def main():
     w("")
     w(f"- Generated: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     w(f"- Machine: {machine()}")
-    w(f"- CA: `--scan-interval={args.scan_interval}`, `--expander=least-waste` unless noted, kwok nodes "
-      "due 2 s after the request (10 s apart in the scale-down scenarios)")
+    w(f"- CA: `--scan-interval={args.scan_interval}`, `--expander=least-waste` unless noted, initial node-group "
+      "backoff 30 s, scale-down unneeded time 20 s (4 s in the scale-down scenarios); all flags in "
+      "`tests/e2e/harness.rs` (`autoscaler_flags`)")
+    w("- Nodes: kwok nodes of 8 GPUs, due 15 s after the request (a real GPU node takes minutes: the idle "
+      "node-minutes that come from waiting on provisioning rounds grow with it); in the scale-down scenarios "
+      "due 2 s after it, 5 s apart, with their RDMA devices advertised 25 s after they register")
+    w("- CA waits 30 s after a GPU pod is created before it scales up for it (`unschedulablePodWithGpuTimeBuffer` "
+      "in CA's `static_autoscaler.go`, not a flag): every time to form below includes it")
     if args.command:
         w(f"- Command: `{args.command}`")
     w("- Idle GPU node-minutes: the time each GPU node existed with no GPU pod bound to it, "

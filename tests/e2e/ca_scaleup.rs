@@ -225,7 +225,10 @@ async fn max_too_small(policy: &str) {
             );
         }
         let status = s.ca.status(&s.client).await.unwrap_or_default();
-        eprintln!("CA status ConfigMap:\n{status}");
+        assert!(
+            status.contains("name: gpu") && status.contains("Backoff"),
+            "CA's status ConfigMap shows the group backed off:\n{status}"
+        );
         note = format!(
             "{} rejected asks over the window, spaced by CA's backoff; no node added",
             asks.len()

@@ -115,3 +115,51 @@ async fn a_gang_whose_members_get_no_scheduler_verdict_is_flagged_since_ca_canno
     assert!(s.ca.scale_ups().is_empty(), "CA never saw the gang");
     assert!(s.group_nodes("gpu").await.is_empty());
 }
+
+/// kube-scheduler 1.37.2 with its default profile: the DynamicResources plugin fails in
+/// PodGroupPostFilter for gangs without DRA claims, so the members never get a verdict and CA
+/// never scales up for them; gangscaler says so. On the other rows the default profile works,
+/// and the same gang gets its verdict, CA scales it up and gangscaler raises no alarm.
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn with_kube_scheduler_1_37_2_defaults_a_gang_is_invisible_to_ca_and_gangscaler_says_why() {
+    let setup = Setup::new("ca-default-profile", "strict", vec![Group::new("gpu", 4)])
+        .lifecycle("{interval: 500ms, noVerdictAfter: 10s}")
+        .scheduler_profile("default");
+    let s = Scenario::start(setup).await;
+    let created = s.create_gang(&GangSpec::new("train", 2)).await;
+    if Versions::load().minor == "1.37" {
+        let note = gang_event(&s.client, "train", "GangNotSeenByAutoscaler").await;
+        assert!(note.contains("DynamicResources"), "{note}");
+        tokio::time::sleep(Duration::from_secs(50).saturating_sub(created.elapsed())).await;
+        assert!(
+            s.ca.scale_ups().is_empty(),
+            "CA never saw the gang: {:?}",
+            s.ca.scale_ups()
+        );
+        let log = std::fs::read_to_string(s.cluster.dir.join("kube-scheduler.log")).unwrap();
+        assert!(
+            log.contains("PodGroupPostFilter"),
+            "the scheduler's own error is in its log"
+        );
+        eprintln!("1.37 trap reproduced; gangscaler's Event: {note}");
+    } else {
+        s.wait_running("train", 2, Duration::from_secs(120)).await;
+        assert_ca_made_the_calls(&s, "gpu");
+        let m = s.gangscaler_metrics().await;
+        assert_eq!(
+            metric_value(&m, "gangscaler_gangs_without_verdict", &[]),
+            Some(0.0),
+            "no false alarm: {m}"
+        );
+        let reasons = super::gang_event_reasons(&s.client, "train").await;
+        assert!(
+            reasons.iter().any(|r| r == "ScaleUpAdmitted"),
+            "{reasons:?}"
+        );
+        assert!(
+            !reasons.iter().any(|r| r == "GangNotSeenByAutoscaler"),
+            "{reasons:?}"
+        );
+    }
+}

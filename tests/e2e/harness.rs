@@ -327,7 +327,16 @@ impl Cluster {
     /// Starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok, and
     /// waits until the API server is ready and the `default` ServiceAccount exists.
     pub async fn start(test: &str) -> Self {
-        let versions = Versions::load();
+        Self::start_with_profile(test, None).await
+    }
+
+    /// [`Cluster::start`] with the scheduler profile `profile` (`default` or `no-dra`) instead
+    /// of the row's.
+    pub async fn start_with_profile(test: &str, profile: Option<&str>) -> Self {
+        let mut versions = Versions::load();
+        if let Some(p) = profile {
+            p.clone_into(&mut versions.scheduler_profile);
+        }
         let root = repo().join("target/e2e-logs");
         fs::create_dir_all(&root).unwrap();
         let dir = root.join(format!("{test}-{}", std::process::id()));

@@ -107,6 +107,17 @@ async fn create_gang_object(client: &kube::Client, api: &str, name: &str, min: u
     }
 }
 
+/// The reasons of every events.k8s.io Event on the gang object named `name` now.
+async fn gang_event_reasons(client: &kube::Client, name: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
 /// The note of the event with `reason` on the gang object named `name` (waits for it).
 async fn gang_event(client: &kube::Client, name: &str, reason: &str) -> String {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");

@@ -115,6 +115,8 @@ pub struct Setup {
     pub ca_version: Option<String>,
     /// mTLS between CA and gangscaler.
     pub mtls: bool,
+    /// The scheduler profile, when not the row's.
+    pub scheduler_profile: Option<String>,
 }
 
 impl Setup {
@@ -128,6 +130,7 @@ impl Setup {
             ca_flags: Vec::new(),
             ca_version: None,
             mtls: false,
+            scheduler_profile: None,
         }
     }
 
@@ -149,6 +152,13 @@ impl Setup {
     #[must_use]
     pub fn ca_version(mut self, version: &str) -> Self {
         self.ca_version = Some(version.to_owned());
+        self
+    }
+
+    /// kube-scheduler runs with `profile` (`default` or `no-dra`) whatever the row says.
+    #[must_use]
+    pub fn scheduler_profile(mut self, profile: &str) -> Self {
+        self.scheduler_profile = Some(profile.to_owned());
         self
     }
 
@@ -198,7 +208,8 @@ impl Scenario {
         setup: Setup,
         before_ca: impl AsyncFnOnce(&kube::Client, &str),
     ) -> Self {
-        let cluster = Cluster::start(&setup.name).await;
+        let cluster =
+            Cluster::start_with_profile(&setup.name, setup.scheduler_profile.as_deref()).await;
         let client = cluster.client().await;
         let api = Versions::load().gang_api;
         let config = cluster.dir.join("gangscaler");
