@@ -61,6 +61,19 @@ fn staggered(name: &str, policy: &str, device_delay: &str) -> Setup {
     .ca_flag("scale-down-delay-after-add", "4s")
 }
 
+/// Waits until at least two nodes of group `gpu` exist, all protected from scale-down.
+async fn two_protected_nodes(s: &Scenario) {
+    eventually(
+        "two nodes of the scale-up, protected",
+        Duration::from_secs(60),
+        || async {
+            let nodes = s.group_nodes("gpu").await;
+            (nodes.len() >= 2 && nodes.iter().all(protected)).then_some(())
+        },
+    )
+    .await;
+}
+
 fn forming_gang() -> GangSpec {
     GangSpec::new("ckpt", 4).request(RDMA, "1")
 }
@@ -72,15 +85,7 @@ async fn ca_scale_down_leaves_a_forming_gangs_nodes_alone_and_takes_them_once_th
     s.sampler.begin();
     let created = s.create_gang(&forming_gang()).await;
     // While the gang forms, every node that came is protected and none is removed.
-    eventually(
-        "two nodes of the scale-up, protected",
-        Duration::from_secs(60),
-        || async {
-            let nodes = s.group_nodes("gpu").await;
-            (nodes.len() >= 2 && nodes.iter().all(protected)).then_some(())
-        },
-    )
-    .await;
+    two_protected_nodes(&s).await;
     let nodes = s.wait_running("ckpt", 4, Duration::from_secs(120)).await;
     let formed = created.elapsed().as_secs_f64();
     let sample = s.sampler.sample();
@@ -163,15 +168,7 @@ async fn ca_scale_down_takes_the_nodes_of_a_cancelled_gang_once_its_outcome_is_r
     let s = Scenario::start(staggered("ca-cancelled", "strict", "5m")).await;
     s.sampler.begin();
     s.create_gang(&forming_gang()).await;
-    eventually(
-        "two nodes of the scale-up, protected",
-        Duration::from_secs(60),
-        || async {
-            let nodes = s.group_nodes("gpu").await;
-            (nodes.len() >= 2 && nodes.iter().all(protected)).then_some(())
-        },
-    )
-    .await;
+    two_protected_nodes(&s).await;
     // The user cancels the job while it forms.
     super::delete_dynamic(&s.client, &s.api, "ckpt").await;
     s.delete_members("ckpt").await;
