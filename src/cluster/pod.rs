@@ -124,7 +124,7 @@ impl CompactPod {
             .and_then(Value::as_array);
         for c in conditions.into_iter().flatten() {
             let field = |key| c.get(key).and_then(Value::as_str).unwrap_or_default();
-            status.condition(field("type"), field("status"));
+            status.condition(field("type"), field("status"), field("reason"));
         }
         Ok(Self::build(
             &object.metadata,
@@ -247,10 +247,10 @@ impl CompactPod {
         self.gated
     }
 
-    /// The scheduler has recorded a verdict on the pod: a `PodScheduled` condition with status
-    /// `False` (whatever the reason: `Unschedulable`, `SchedulingGated`, ...) or `True`. Without
-    /// one, Cluster Autoscaler does not consider the pod (it scales up only for pods marked
-    /// `Unschedulable`).
+    /// The scheduler has recorded a verdict on the pod: a `PodScheduled` condition `True`, or
+    /// `False` with reason `Unschedulable` (what Cluster Autoscaler scales up for) or
+    /// `SchedulingGated` (held on purpose). `False` with another reason, such as
+    /// `SchedulerError` when a plugin failed, is no verdict: CA ignores such a pod.
     pub fn has_verdict(&self) -> bool {
         self.verdict
     }
@@ -309,16 +309,19 @@ impl<'a> Status<'a> {
             .and_then(|s| s.conditions.as_deref())
             .unwrap_or_default()
         {
-            out.condition(&c.type_, &c.status);
+            out.condition(&c.type_, &c.status, c.reason.as_deref().unwrap_or_default());
         }
         out
     }
 
-    /// Takes in one condition of `type_` with status `value`.
-    fn condition(&mut self, type_: &str, value: &str) {
+    /// Takes in one condition of `type_` with status `value` and `reason`.
+    fn condition(&mut self, type_: &str, value: &str, reason: &str) {
         match type_ {
             DISRUPTION_TARGET => self.disrupted |= value == "True",
-            POD_SCHEDULED => self.verdict |= matches!(value, "True" | "False"),
+            POD_SCHEDULED => {
+                self.verdict |= value == "True"
+                    || (value == "False" && matches!(reason, "Unschedulable" | "SchedulingGated"));
+            }
             _ => {}
         }
     }

@@ -367,7 +367,7 @@ fn verdict(conditions: serde_json::Value, scheduler: Option<&str>) -> (bool, Opt
 }
 
 #[test]
-fn a_pod_scheduled_condition_false_for_any_reason_or_true_is_a_verdict() {
+fn a_pod_scheduled_condition_unschedulable_gated_or_true_is_a_verdict() {
     for (status, reason) in [
         ("False", "Unschedulable"),
         ("False", "SchedulingGated"),
@@ -390,6 +390,15 @@ fn a_pod_without_a_pod_scheduled_condition_has_no_verdict() {
     );
     assert_eq!(
         verdict(json!([{"type": "PodScheduled", "status": "Unknown"}]), None),
+        (false, None)
+    );
+    // A plugin error (kube-scheduler 1.37.2's DynamicResources PodGroupPostFilter): CA ignores
+    // the pod, so it is no verdict.
+    assert_eq!(
+        verdict(
+            json!([{"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}]),
+            None
+        ),
         (false, None)
     );
     // No status at all.

@@ -61,7 +61,7 @@ impl Unseen {
     /// What is wrong and the likely cause, for an Event note and the operator.
     pub fn message(&self) -> String {
         let head = format!(
-            "{} member(s) of this gang (minCount {}) have had no scheduler verdict (no PodScheduled condition) for {}s",
+            "{} member(s) of this gang (minCount {}) have had no scheduler verdict (no PodScheduled condition, or one with reason SchedulerError) for {}s",
             self.members, self.min_count, self.age_secs
         );
         let cause = if self.schedulers.is_empty() {

@@ -124,11 +124,12 @@ async fn a_gang_whose_members_get_no_scheduler_verdict_is_flagged_since_ca_canno
 #[ignore = "needs e2e binaries: tests/e2e/build.sh"]
 async fn with_kube_scheduler_1_37_2_defaults_a_gang_is_invisible_to_ca_and_gangscaler_says_why() {
     let setup = Setup::new("ca-default-profile", "strict", vec![Group::new("gpu", 4)])
-        .lifecycle("{interval: 500ms, noVerdictAfter: 10s}")
+        .lifecycle("{interval: 500ms, noVerdictAfter: 5s}")
         .scheduler_profile("default");
     let s = Scenario::start(setup).await;
     let created = s.create_gang(&GangSpec::new("train", 2)).await;
     if Versions::load().minor == "1.37" {
+        tokio::time::sleep(Duration::from_secs(5)).await;
         let note = gang_event(&s.client, "train", "GangNotSeenByAutoscaler").await;
         assert!(note.contains("DynamicResources"), "{note}");
         tokio::time::sleep(Duration::from_secs(50).saturating_sub(created.elapsed())).await;
@@ -141,6 +142,10 @@ async fn with_kube_scheduler_1_37_2_defaults_a_gang_is_invisible_to_ca_and_gangs
         assert!(
             log.contains("PodGroupPostFilter"),
             "the scheduler's own error is in its log"
+        );
+        assert!(
+            !s.ca.lines("ignored by allowed schedulers").is_empty(),
+            "CA counts the members as ignored"
         );
         eprintln!("1.37 trap reproduced; gangscaler's Event: {note}");
     } else {

@@ -91,7 +91,16 @@ async fn create_dynamic(client: &kube::Client, value: serde_json::Value) {
 }
 
 /// The gang object (a PodGroup, or a Workload on v1alpha1) named `name` with minCount `min`.
-async fn create_gang_object(client: &kube::Client, api: &str, name: &str, min: u32) {
+/// From v1beta1 (1.37) a PodGroup carries the priority of its pods, and the scheduler refuses
+/// pods whose priority differs ("all pods in a single pod group should have the same priority
+/// as the pod group's priority"), so `priority_class` goes on it there.
+async fn create_gang_object(
+    client: &kube::Client,
+    api: &str,
+    name: &str,
+    min: u32,
+    priority_class: Option<&str>,
+) {
     if api.ends_with("/v1alpha1") {
         create_dynamic(client, serde_json::json!({
             "apiVersion": api, "kind": "Workload", "metadata": {"name": name, "namespace": "default"},
@@ -99,9 +108,13 @@ async fn create_gang_object(client: &kube::Client, api: &str, name: &str, min: u
         }))
         .await;
     } else {
+        let mut spec = serde_json::json!({"schedulingPolicy": {"gang": {"minCount": min}}});
+        if let Some(class) = priority_class.filter(|_| !api.ends_with("/v1alpha2")) {
+            spec["priorityClassName"] = serde_json::json!(class);
+        }
         create_dynamic(client, serde_json::json!({
             "apiVersion": api, "kind": "PodGroup", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": min}}}
+            "spec": spec
         }))
         .await;
     }

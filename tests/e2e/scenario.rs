@@ -464,7 +464,14 @@ pub async fn create_gang(client: &kube::Client, api: &str, spec: &GangSpec) -> I
             create_volume(client, &format!("{}-{m}-v{v}", spec.name), driver).await;
         }
     }
-    super::create_gang_object(client, api, &spec.name, spec.min()).await;
+    super::create_gang_object(
+        client,
+        api,
+        &spec.name,
+        spec.min(),
+        spec.priority_class.as_deref(),
+    )
+    .await;
     for m in 0..spec.members {
         create_dynamic(client, spec.member(api, m)).await;
     }
