@@ -1020,3 +1020,53 @@ fn the_examples_in_the_schema_doc_parse() {
         ["decision", "decision", "phase", "outcome", "outcome"]
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Config
+
+/// Loads a config directory whose provider file has an `audit` section with `file_mode` (the
+/// YAML as written, or absent).
+fn load_audit_config(
+    file_mode: Option<&str>,
+) -> Result<gangscaler::config::Loaded, gangscaler::config::Error> {
+    let dir = tempfile::tempdir().unwrap();
+    let mode = file_mode.map_or(String::new(), |m| format!("  fileMode: {m}\n"));
+    fs::write(
+        dir.path().join("provider.yaml"),
+        format!(
+            "server:\n  address: \"127.0.0.1:8086\"\n  plaintext: true\naudit:\n  path: audit.jsonl\n{mode}"
+        ),
+    )
+    .unwrap();
+    fs::create_dir(dir.path().join("nodegroups")).unwrap();
+    fs::write(
+        dir.path().join("nodegroups/gpu-a.yaml"),
+        "id: gpu-a\nminSize: 0\nmaxSize: 4\ninstanceType: p5\nregion: r\nzone: z\n\
+         capacity:\n  cpu: \"8\"\n  memory: 64Gi\n  pods: 110\n",
+    )
+    .unwrap();
+    gangscaler::config::Source::with_env(dir.path(), std::collections::HashMap::new()).load()
+}
+
+#[test]
+fn audit_file_mode_defaults_to_owner_only_and_takes_a_quoted_octal_mode() {
+    let audit_of = |m| load_audit_config(m).unwrap().provider.audit.unwrap();
+    assert_eq!(audit_of(None).file_mode, 0o600);
+    assert_eq!(audit_of(Some("\"0640\"")).file_mode, 0o640);
+    for (written, shown) in [
+        ("0640", "\"640\""), // unquoted: a YAML number
+        ("\"0644x\"", "\"0644x\""),
+        ("\"0400\"", "\"0400\""), // the owner cannot write
+        ("\"0666\"", "\"0666\""), // others can write
+        ("\"0700\"", "\"0700\""), // executable
+    ] {
+        let err = load_audit_config(Some(written)).unwrap_err();
+        let gangscaler::config::Error::Invalid(list) = &err else {
+            panic!("{written}: {err:#?}")
+        };
+        assert_eq!(list.len(), 1, "{written}: {list:#?}");
+        assert_eq!(list[0].field, "audit.fileMode", "{written}");
+        assert_eq!(list[0].value.as_deref(), Some(shown), "{written}");
+        assert!(list[0].file.ends_with("provider.yaml"), "{written}");
+    }
+}
