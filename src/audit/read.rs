@@ -98,6 +98,45 @@ pub fn read_lines(mut reader: impl BufRead, file: &Path, out: &mut Reading) -> i
     }
 }
 
+/// `paths` in the order they hold the records, whatever the order given (a shell's
+/// `audit.jsonl*` puts the live file first): grouped by log, each log's rotated files
+/// `<log>.N` … `<log>.1` (oldest first) before `<log>` itself; logs by path. A file given
+/// twice (the same path, or another path to the same file) is kept once, so that no record is
+/// counted twice. A file that cannot be resolved is kept as given, for the reader to report.
+///
+/// The report does not depend on this order; the list of files and of bad lines does.
+pub fn log_order(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut unique: Vec<(PathBuf, &PathBuf)> = paths
+        .iter()
+        .map(|p| (std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()), p))
+        .filter(|(resolved, _)| seen.insert(resolved.clone()))
+        .collect();
+    unique.sort_by_cached_key(|(resolved, _)| {
+        let (base, n) = split_rotation(resolved);
+        (base, std::cmp::Reverse(n))
+    });
+    unique.into_iter().map(|(_, given)| given.clone()).collect()
+}
+
+/// `<log>.N` as (`<log>`, N) for a rotation index N ≥ 1 written without leading zeros;
+/// anything else as (path, 0).
+fn split_rotation(path: &Path) -> (PathBuf, u32) {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return (path.to_owned(), 0);
+    };
+    let Some((base, n)) = name.rsplit_once('.') else {
+        return (path.to_owned(), 0);
+    };
+    let index = (!base.is_empty() && !n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| n.parse::<u32>().ok())
+        .flatten();
+    match index {
+        Some(n) => (path.with_file_name(base), n),
+        None => (path.to_owned(), 0),
+    }
+}
+
 /// The existing rotated files of `path` (`<path>.N` … `<path>.1`, oldest first), followed by
 /// `path` itself: the order in which they hold the records.
 ///
@@ -205,5 +244,66 @@ mod tests {
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["a.jsonl.10", "a.jsonl.2", "a.jsonl.1", "a.jsonl"]);
+    }
+
+    #[test]
+    fn log_order_puts_rotated_files_oldest_first_and_drops_repeats() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for name in [
+            "a.jsonl",
+            "a.jsonl.1",
+            "a.jsonl.2",
+            "a.jsonl.10",
+            "b.jsonl",
+            "b.jsonl.1",
+        ] {
+            std::fs::write(d.join(name), "").unwrap();
+        }
+        // As a shell expands `*.jsonl*`, with repeats and another spelling of one file.
+        let given: Vec<PathBuf> = [
+            "b.jsonl",
+            "a.jsonl",
+            "a.jsonl.1",
+            "a.jsonl.10",
+            "b.jsonl.1",
+            "a.jsonl.2",
+            "a.jsonl",
+        ]
+        .iter()
+        .map(|n| d.join(n))
+        .chain([d.join(".").join("a.jsonl.2")])
+        .collect();
+        let names: Vec<String> = log_order(&given)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "a.jsonl.10",
+                "a.jsonl.2",
+                "a.jsonl.1",
+                "a.jsonl",
+                "b.jsonl.1",
+                "b.jsonl"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_positive_indexes_without_leading_zeros_are_rotations() {
+        for (name, base, n) in [
+            ("a.jsonl.3", "a.jsonl", 3),
+            ("a.jsonl", "a.jsonl", 0),
+            ("a.jsonl.03", "a.jsonl.03", 0),
+            ("a.jsonl.0", "a.jsonl.0", 0),
+            ("a.jsonl.+1", "a.jsonl.+1", 0),
+            ("a.jsonl.", "a.jsonl.", 0),
+            (".1", ".1", 0),
+        ] {
+            let (b, i) = split_rotation(Path::new(name));
+            assert_eq!((b.to_str().unwrap(), i), (base, n), "{name}");
+        }
     }
 }
