@@ -305,6 +305,13 @@ fn run_audit_report(
     for bad in &reading.bad {
         eprintln!("warning: skipped {bad}");
     }
+    if reading.bad_unlisted > 0 {
+        eprintln!(
+            "warning: skipped {} more bad line(s), not listed (at most {} per file are)",
+            reading.bad_unlisted,
+            audit::read::MAX_BAD_LINES_PER_FILE
+        );
+    }
     let options = audit::report::Options::new()
         .with_now_ms(now)
         .with_overdue_after_ms(u64::try_from(overdue_after.as_millis()).unwrap_or(u64::MAX));
@@ -318,11 +325,13 @@ fn run_audit_report(
                 report: &'a audit::Report,
                 files: Vec<String>,
                 bad_lines: &'a [audit::BadLine],
+                bad_lines_unlisted: u64,
             }
             let json = Json {
                 report: &report,
                 files: files.iter().map(|f| f.display().to_string()).collect(),
                 bad_lines: &reading.bad,
+                bad_lines_unlisted: reading.bad_unlisted,
             };
             println!(
                 "{}",
@@ -331,10 +340,10 @@ fn run_audit_report(
         }
         ReportOutput::Table => {
             print!("{}", report.to_table());
-            if !reading.bad.is_empty() {
+            if reading.bad_total() > 0 {
                 println!(
                     "\n{} bad line(s) skipped (listed on stderr)",
-                    reading.bad.len()
+                    reading.bad_total()
                 );
             }
         }

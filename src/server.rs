@@ -214,6 +214,7 @@ impl Server {
                 records = resumed.records,
                 open = resumed.open,
                 bad_lines = resumed.bad.len(),
+                bad_lines_unlisted = resumed.bad_unlisted,
                 repaired_bytes = resumed.repaired_bytes,
                 "audit log opened"
             );
