@@ -584,6 +584,6 @@ mod tests {
         }
         // The records are untouched.
         assert_eq!(log.len(), fs::metadata(&path).unwrap().len());
-        assert!(log.len() > 0);
+        assert!(!log.is_empty());
     }
 }
