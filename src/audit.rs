@@ -21,7 +21,7 @@ pub mod report;
 use std::path::PathBuf;
 
 pub use log::{AuditLog, Config};
-pub use read::{BadLine, Reading, read_files, rotated_paths};
+pub use read::{BadLine, Reading, log_order, read_files, rotated_paths};
 pub use record::{
     DecisionEvent, DeferredSummary, Event, Extent, GangId, GangSummary, Outcome, OutcomeEvent,
     Phase, PhaseEvent, Record, SCHEMA_VERSION, Verdict,

@@ -62,19 +62,26 @@ pub enum AuditCommand {
     /// overall and per node group, for a time window. Bad or truncated lines are reported on
     /// stderr with their line numbers and skipped.
     Report {
-        /// Audit log files, read in the order given (oldest first).
+        /// Audit log files, in any order (`audit.jsonl*` is fine): they are read oldest first
+        /// (`LOG.N` ... `LOG.1`, then `LOG`), and a file named twice is read once.
         #[arg(required = true, value_name = "LOG")]
         logs: Vec<PathBuf>,
-        /// Also read each LOG's rotated files (`LOG.N` ... `LOG.1`, oldest first) before it.
+        /// Also read each LOG's rotated files (`LOG.N` ... `LOG.1`).
         #[arg(long)]
         rotated: bool,
-        /// Start of the window (inclusive): an RFC 3339 time, unix milliseconds, or a
-        /// duration before now such as `24h`.
+        /// Start of the window (inclusive): an RFC 3339 time (`Z` or an offset such as
+        /// `+02:00`; none means UTC), unix milliseconds, or a duration before now such as `24h`.
         #[arg(long)]
         since: Option<String>,
-        /// End of the window (exclusive), in the same forms.
+        /// End of the window (exclusive), in the same forms; must be later than `--since`.
+        /// Lifecycles count as open when no outcome was recorded before it.
         #[arg(long)]
         until: Option<String>,
+        /// An open lifecycle requested longer than this before `--until` (or now, if earlier)
+        /// is also counted as overdue. The default is the default `formationTimeout` plus
+        /// `attachTimeout`.
+        #[arg(long, default_value = "40m", value_parser = humantime::parse_duration)]
+        overdue_after: std::time::Duration,
         /// Output format.
         #[arg(long, short, value_enum, default_value_t = ReportOutput::Table)]
         output: ReportOutput,
@@ -200,8 +207,15 @@ fn run_audit(command: AuditCommand) -> anyhow::Result<()> {
             rotated,
             since,
             until,
+            overdue_after,
             output,
-        } => run_audit_report(&logs, rotated, since.as_deref(), until.as_deref(), output),
+        } => run_audit_report(
+            &logs,
+            rotated,
+            (since.as_deref(), until.as_deref()),
+            overdue_after,
+            output,
+        ),
         AuditCommand::Stress {
             file,
             count,
@@ -218,10 +232,14 @@ fn run_audit(command: AuditCommand) -> anyhow::Result<()> {
     }
 }
 
-/// An RFC 3339 time, unix milliseconds, or a duration before `now_ms`.
+/// An RFC 3339 time (with `Z`, an offset such as `+02:00`, or none for UTC), unix
+/// milliseconds, or a duration before `now_ms`.
 fn parse_time(flag: &str, s: &str, now_ms: i64) -> anyhow::Result<i64> {
     if let Ok(ms) = s.parse::<i64>() {
         return Ok(ms);
+    }
+    if let Ok(t) = s.parse::<jiff::Timestamp>() {
+        return Ok(t.as_millisecond());
     }
     if let Ok(t) = humantime::parse_rfc3339_weak(s) {
         let d = t
@@ -231,25 +249,49 @@ fn parse_time(flag: &str, s: &str, now_ms: i64) -> anyhow::Result<i64> {
     }
     let ago = humantime::parse_duration(s).map_err(|_| {
         anyhow::anyhow!(
-            "{flag} {s:?}: expected an RFC 3339 time, unix milliseconds or a duration such as 24h"
+            "{flag} {s:?}: expected an RFC 3339 time (2026-05-01T15:00:00Z or \
+             2026-05-01T15:00:00+02:00), unix milliseconds or a duration such as 24h"
         )
     })?;
     Ok(now_ms.saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX)))
 }
 
+/// The window of `--since` and `--until`.
+fn parse_window(
+    since: Option<&str>,
+    until: Option<&str>,
+    now_ms: i64,
+) -> anyhow::Result<crate::audit::Window> {
+    let since_ms = since
+        .map(|s| parse_time("--since", s, now_ms))
+        .transpose()?;
+    let until_ms = until
+        .map(|s| parse_time("--until", s, now_ms))
+        .transpose()?;
+    if let (Some(s), Some(u), Some(since), Some(until)) = (since_ms, until_ms, since, until)
+        && s >= u
+    {
+        let bound = crate::audit::report::rfc3339;
+        anyhow::bail!(
+            "--since {since:?} ({}) must be earlier than --until {until:?} ({}): \
+             the window [since, until) would be empty",
+            bound(s),
+            bound(u)
+        );
+    }
+    Ok(crate::audit::Window::new(since_ms, until_ms))
+}
+
 fn run_audit_report(
     logs: &[PathBuf],
     rotated: bool,
-    since: Option<&str>,
-    until: Option<&str>,
+    (since, until): (Option<&str>, Option<&str>),
+    overdue_after: std::time::Duration,
     output: ReportOutput,
 ) -> anyhow::Result<()> {
     use crate::audit;
     let now = now_ms();
-    let window = audit::Window::new(
-        since.map(|s| parse_time("--since", s, now)).transpose()?,
-        until.map(|s| parse_time("--until", s, now)).transpose()?,
-    );
+    let window = parse_window(since, until, now)?;
     let mut files = Vec::new();
     for log in logs {
         if rotated {
@@ -258,11 +300,22 @@ fn run_audit_report(
             files.push(log.clone());
         }
     }
+    let files = audit::log_order(&files);
     let reading = audit::read_files(&files)?;
     for bad in &reading.bad {
         eprintln!("warning: skipped {bad}");
     }
-    let report = audit::Report::compute(&reading.records, window);
+    if reading.bad_unlisted > 0 {
+        eprintln!(
+            "warning: skipped {} more bad line(s), not listed (at most {} per file are)",
+            reading.bad_unlisted,
+            audit::read::MAX_BAD_LINES_PER_FILE
+        );
+    }
+    let options = audit::report::Options::new()
+        .with_now_ms(now)
+        .with_overdue_after_ms(u64::try_from(overdue_after.as_millis()).unwrap_or(u64::MAX));
+    let report = audit::Report::compute_with(&reading.records, window, options);
     match output {
         ReportOutput::Json => {
             #[derive(serde::Serialize)]
@@ -272,11 +325,13 @@ fn run_audit_report(
                 report: &'a audit::Report,
                 files: Vec<String>,
                 bad_lines: &'a [audit::BadLine],
+                bad_lines_unlisted: u64,
             }
             let json = Json {
                 report: &report,
                 files: files.iter().map(|f| f.display().to_string()).collect(),
                 bad_lines: &reading.bad,
+                bad_lines_unlisted: reading.bad_unlisted,
             };
             println!(
                 "{}",
@@ -285,10 +340,10 @@ fn run_audit_report(
         }
         ReportOutput::Table => {
             print!("{}", report.to_table());
-            if !reading.bad.is_empty() {
+            if reading.bad_total() > 0 {
                 println!(
                     "\n{} bad line(s) skipped (listed on stderr)",
-                    reading.bad.len()
+                    reading.bad_total()
                 );
             }
         }
@@ -663,5 +718,71 @@ fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluster::GangView
     }
     for p in &view.problems {
         println!("problem: {p}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-05-01T13:00:00Z in unix milliseconds.
+    const ONE_PM_UTC: i64 = 1_777_640_400_000;
+
+    #[test]
+    fn times_with_a_utc_offset_are_the_same_instant_as_in_utc() {
+        for s in [
+            "2026-05-01T13:00:00Z",
+            "2026-05-01T15:00:00+02:00",
+            "2026-05-01T08:30:00-04:30",
+            "2026-05-01T13:00:00",
+            "1777640400000",
+        ] {
+            assert_eq!(parse_time("--since", s, 0).unwrap(), ONE_PM_UTC, "{s}");
+        }
+        assert_eq!(
+            parse_time("--since", "2026-05-01T15:00:00.250+02:00", 0).unwrap(),
+            ONE_PM_UTC + 250
+        );
+        assert_eq!(
+            parse_time("--until", "2h", ONE_PM_UTC).unwrap(),
+            ONE_PM_UTC - 7_200_000
+        );
+    }
+
+    #[test]
+    fn an_unreadable_time_names_its_flag_and_value() {
+        let err = parse_time("--until", "2026-05-01T15:00:00+2", 0).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("--until \"2026-05-01T15:00:00+2\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn since_must_be_earlier_than_until_and_the_error_names_both() {
+        let since = "2026-05-01T15:00:00+02:00";
+        let until = "2026-05-01T12:00:00Z";
+        let msg = parse_window(Some(since), Some(until), 0)
+            .unwrap_err()
+            .to_string();
+        for part in [
+            since,
+            until,
+            "2026-05-01T13:00:00.000Z",
+            "2026-05-01T12:00:00.000Z",
+        ] {
+            assert!(msg.contains(part), "{part}: {msg}");
+        }
+        assert!(
+            parse_window(Some(since), Some(since), 0).is_err(),
+            "empty window"
+        );
+        let w = parse_window(Some(until), Some(since), 0).unwrap();
+        assert_eq!(
+            (w.since_ms, w.until_ms),
+            (Some(ONE_PM_UTC - 3_600_000), Some(ONE_PM_UTC))
+        );
+        assert!(parse_window(Some(since), None, 0).is_ok());
     }
 }

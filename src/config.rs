@@ -142,6 +142,8 @@ pub struct AuditSettings {
     pub keep_files: u32,
     /// Also write every record to stdout.
     pub stdout: bool,
+    /// Permission bits of the log files (`audit.fileMode`, `0600` by default).
+    pub file_mode: u32,
 }
 
 /// How scale-up lifecycles are tracked after an accepted `NodeGroupIncreaseSize`: how often

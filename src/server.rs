@@ -199,7 +199,8 @@ impl Server {
             let config = crate::audit::Config::new()
                 .with_max_bytes(audit.max_bytes)
                 .with_keep_files(audit.keep_files)
-                .with_copy_to_stdout(audit.stdout);
+                .with_copy_to_stdout(audit.stdout)
+                .with_file_mode(audit.file_mode);
             let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
             let timeouts = crate::scaleup::Timeouts {
                 registration_ms: ms(lifecycle_settings.registration_timeout),
@@ -213,6 +214,7 @@ impl Server {
                 records = resumed.records,
                 open = resumed.open,
                 bad_lines = resumed.bad.len(),
+                bad_lines_unlisted = resumed.bad_unlisted,
                 repaired_bytes = resumed.repaired_bytes,
                 "audit log opened"
             );

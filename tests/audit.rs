@@ -706,7 +706,7 @@ fn the_report_gives_exact_percentiles_and_rates_per_group_and_overall() {
     assert_eq!(h.outcomes["registrationTimeout"], 1);
     assert_eq!(h.outcomes["formationTimeout"], 0);
     assert_eq!(h.start_success_rate, Some(17.0 / 22.0));
-    assert_eq!((h.attach_failed, h.formed), (2, 20));
+    assert_eq!((h.with_attach_failures, h.formed_or_attach_failed), (2, 20));
     assert_eq!(h.attach_failure_rate, Some(0.1));
     // 20 values, nearest rank: ranks 10, 19, 20.
     assert_eq!(
@@ -823,8 +823,15 @@ fn the_report_counts_the_lifecycles_the_tracker_leaves_open() {
         Window::all(),
         Window::new(Some(5_000), None),
         Window::new(None, Some(7_000)),
-        Window::new(Some(7_990), Some(8_000)),
+        Window::new(None, Some(9_001)),
+        Window::new(Some(7_990), Some(8_001)),
     ] {
+        // Open at the end of the window: what the tracker has open after the records written
+        // before `until` (su-two/y ends at 9 000, so it is open at 7 000 but not at 9 001).
+        let before_until = records
+            .iter()
+            .filter(|r| window.until_ms.is_none_or(|u| r.ts_ms < u));
+        let tracker = Tracker::resume(Timeouts::default(), before_until);
         let mut expected: BTreeMap<String, u64> = BTreeMap::new();
         for o in tracker
             .open()
@@ -842,6 +849,212 @@ fn the_report_counts_the_lifecycles_the_tracker_leaves_open() {
         assert_eq!(got, expected, "{window:?}");
         assert_eq!(report.overall.open, expected.values().sum::<u64>());
     }
+}
+
+/// An accepted decision at `ts` on `group` opening scale-up `id` for gang `name`.
+fn accepted(id: &str, name: &str, group: &str, ts: i64) -> Record {
+    let mut d = DecisionEvent::from(&planner_decision(&[name], 0)).with_scale_up_id(id);
+    d.node_group = group.into();
+    Record::new(ts, d)
+}
+
+/// The outcome of scale-up `id`'s gang `name` on `group`, recorded at `ts`.
+fn ended(id: &str, name: &str, group: &str, ts: i64, kind: Outcome) -> OutcomeEvent {
+    OutcomeEvent {
+        scale_up_id: id.into(),
+        node_group: group.into(),
+        gang: Some(gang(name)),
+        outcome: kind,
+        requested_at_ms: 0,
+        formed_at_ms: None,
+        attached_at_ms: None,
+        pending_since_ms: None,
+        attach_failures: 0,
+        duration_ms: u64::try_from(ts).unwrap(),
+        reason: "test".into(),
+    }
+}
+
+/// The issue's case: `audit report audit.jsonl*` reads the live file before the rotated one,
+/// so an outcome was read before the decision that opened its lifecycle.
+#[test]
+fn a_lifecycle_closed_in_a_later_file_is_not_open_whatever_order_the_files_are_read() {
+    let rotated = vec![accepted("su-1", "a", "h100", 1_000)];
+    let live = vec![Record::new(
+        2_000,
+        ended("su-1", "a", "h100", 2_000, Outcome::Succeeded),
+    )];
+    let in_order: Vec<Record> = rotated.iter().chain(&live).cloned().collect();
+    let live_first: Vec<Record> = live.iter().chain(&rotated).cloned().collect();
+    let expected = Report::compute(&in_order, Window::all());
+    assert_eq!(expected.overall.open, 0);
+    assert_eq!(Report::compute(&live_first, Window::all()), expected);
+
+    // Through the files and the command line, as the shell expands `audit.jsonl*`.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    write_lines(&audit::log::rotated_path(&path, 1), &rotated);
+    write_lines(&path, &live);
+    let p = path.to_str().unwrap();
+    let p1 = format!("{p}.1");
+    // The JSON report without `asOfMs` (the time of the report).
+    let report = |args: &[&str]| {
+        let (ok, stdout, stderr) = gangscaler(&[&["audit", "report", "-o", "json"], args].concat());
+        assert!(ok, "{args:?}: {stderr}");
+        let mut json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        json.as_object_mut().unwrap().remove("asOfMs");
+        json
+    };
+    let glob_order = report(&[p, &p1]);
+    assert_eq!(glob_order["overall"]["open"], 0, "{glob_order:#}");
+    assert_eq!(glob_order["records"], 2, "{glob_order:#}");
+    let rotated_flag = report(&["--rotated", p]);
+    assert_eq!(glob_order, rotated_flag);
+    // Both at once (`--rotated audit.jsonl*`): every file is read once.
+    assert_eq!(report(&["--rotated", p, &p1]), rotated_flag);
+}
+
+/// The two `attachFailed` figures and the attach failure rate, on a hand-built log; the
+/// expectations are computed from the inputs by the documented definitions.
+#[test]
+fn attach_failure_rate_counts_each_formed_or_attach_failed_outcome_once() {
+    // (outcome, formed, attachFailures)
+    let cases = [
+        (Outcome::Succeeded, true, 0),
+        (Outcome::Succeeded, true, 3), // failed attempts, then attached
+        (Outcome::AttachFailed, true, 2), // both criteria: counted once
+        (Outcome::AttachFailed, false, 0), // attach error before formation
+        (Outcome::FormationTimeout, false, 1), // never formed: in neither
+        (Outcome::Cancelled, true, 0),
+        (Outcome::Preempted, true, 4),
+    ];
+    let records: Vec<Record> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, &(kind, formed, failures))| {
+            let id = format!("su-{i}");
+            let mut o = ended(&id, "g", "h100", 10 + i64::try_from(i).unwrap(), kind);
+            o.formed_at_ms = formed.then_some(5);
+            o.attach_failures = failures;
+            Record::new(10 + i64::try_from(i).unwrap(), o)
+        })
+        .collect();
+    let base: Vec<_> = cases
+        .iter()
+        .filter(|(kind, formed, _)| *formed || *kind == Outcome::AttachFailed)
+        .collect();
+    let numerator = base
+        .iter()
+        .filter(|(kind, _, failures)| *failures > 0 || *kind == Outcome::AttachFailed)
+        .count() as u64;
+    let kind_count = cases
+        .iter()
+        .filter(|(kind, ..)| *kind == Outcome::AttachFailed)
+        .count() as u64;
+
+    let s = Report::compute(&records, Window::all()).overall;
+    assert_eq!(s.formed_or_attach_failed, base.len() as u64);
+    assert_eq!(s.with_attach_failures, numerator);
+    assert_eq!(s.outcomes["attachFailed"], kind_count);
+    assert_ne!(
+        s.with_attach_failures, s.outcomes["attachFailed"],
+        "two figures"
+    );
+    #[allow(clippy::cast_precision_loss, reason = "tiny counts")]
+    let rate = numerator as f64 / base.len() as f64;
+    assert_eq!(s.attach_failure_rate, Some(rate));
+    assert_eq!(s.terminal, cases.len() as u64);
+    // The JSON names say which is which.
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["withAttachFailures"], numerator);
+    assert_eq!(json["formedOrAttachFailed"], base.len() as u64);
+    assert_eq!(json["outcomes"]["attachFailed"], kind_count);
+    assert!(json.get("attachFailed").is_none() && json.get("formed").is_none());
+}
+
+/// `open` is relative to the end of the window, and `overdue` to the reference time.
+#[test]
+fn open_is_judged_at_until_and_overdue_after_the_threshold() {
+    use gangscaler::audit::report::Options;
+    let requested = 1_000_000;
+    let after = 60_000u64;
+    let after_i = i64::try_from(after).unwrap();
+    let ends = requested + 10 * after_i;
+    let records = vec![
+        accepted("su-1", "a", "h100", requested),
+        Record::new(ends, ended("su-1", "a", "h100", ends, Outcome::Succeeded)),
+    ];
+    let opts = Options::new().with_overdue_after_ms(after);
+    let report = |since: Option<i64>, until: Option<i64>, now: Option<i64>| {
+        let o = now.map_or(opts, |n| opts.with_now_ms(n));
+        Report::compute_with(&records, Window::new(since, until), o)
+    };
+    let counts = |r: &Report| (r.overall.open, r.overall.overdue);
+
+    // Ends after `until`: open at `until`; overdue once older than the threshold there.
+    assert_eq!(counts(&report(None, Some(ends), None)), (1, 1));
+    assert_eq!(
+        counts(&report(None, Some(requested + after_i), None)),
+        (1, 0)
+    );
+    assert_eq!(
+        counts(&report(None, Some(requested + after_i + 1), None)),
+        (1, 1)
+    );
+    // The time of the report is the reference when it is earlier than `until`.
+    let r = report(None, Some(ends), Some(requested + 1));
+    assert_eq!((counts(&r), r.as_of_ms), ((1, 0), Some(requested + 1)));
+    // Its outcome is before `until`, or there is no `until`: not open.
+    assert_eq!(counts(&report(None, Some(ends + 1), None)), (0, 0));
+    assert_eq!(counts(&report(None, None, Some(ends * 2))), (0, 0));
+    // Requested before the window: not counted, even though open at `until`.
+    assert_eq!(
+        counts(&report(Some(requested + 1), Some(ends), None)),
+        (0, 0)
+    );
+    // Without an outcome and without `until` or `now`, nothing can be overdue.
+    let r = Report::compute_with(&records[..1], Window::all(), opts);
+    assert_eq!((counts(&r), r.as_of_ms), ((1, 0), None));
+    let r = Report::compute_with(&records[..1], Window::all(), opts.with_now_ms(ends));
+    assert_eq!(counts(&r), (1, 1));
+    assert_eq!(r.node_groups["h100"].overdue, 1);
+}
+
+/// The listed node groups and `records`, on a hand-built log.
+#[test]
+fn node_groups_listed_are_those_named_in_the_window_or_holding_an_open_lifecycle() {
+    let window = Window::new(Some(1_000), Some(2_000));
+    // A phase recorded after the window whose lifecycle was requested in it (its decision
+    // rotated away): group "c" has no record in the window but an open lifecycle.
+    let late_phase = Record::new(
+        2_500,
+        PhaseEvent {
+            scale_up_id: "su-c".into(),
+            node_group: "c".into(),
+            gang: Some(gang("c")),
+            phase: Phase::NodesReady,
+            at_ms: 2_500,
+            elapsed_ms: 1_000,
+            detail: None,
+        },
+    );
+    let records = vec![
+        rejection("a", 1_500),
+        Record::new(500, ended("su-b", "b", "b", 500, Outcome::Succeeded)),
+        Record::new(2_000, ended("su-d", "d", "d", 2_000, Outcome::Succeeded)),
+        accepted("su-e", "e", "e", 1_999),
+        late_phase,
+    ];
+    let r = Report::compute(&records, window);
+    let expected_records = records.iter().filter(|r| window.contains(r.ts_ms)).count() as u64;
+    assert_eq!(r.records, expected_records);
+    assert_eq!(r.node_groups.keys().collect::<Vec<_>>(), ["a", "c", "e"]);
+    assert_eq!(
+        (r.node_groups["c"].open, r.node_groups["c"].decisions),
+        (1, 0)
+    );
+    assert_eq!(r.node_groups["e"].open, 1);
+    assert_eq!(r.overall.open, 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -933,6 +1146,42 @@ fn audit_report_table_and_window_flags() {
 }
 
 #[test]
+fn audit_report_takes_times_with_a_utc_offset_and_refuses_an_inverted_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = synthetic_file(dir.path());
+    let p = path.to_str().unwrap();
+    let json_of = |since: &str, until: &str| {
+        let (ok, stdout, stderr) = gangscaler(&[
+            "audit", "report", p, "-o", "json", "--since", since, "--until", until,
+        ]);
+        assert!(ok, "{since} {until}: {stderr}");
+        serde_json::from_str::<serde_json::Value>(&stdout).unwrap()
+    };
+    // 11 000 000 ms is 03:03:20Z; 21 000 000 ms is 05:50:00Z.
+    let by_ms = json_of("11000000", "21000000");
+    let by_offset = json_of("1970-01-01T05:03:20+02:00", "1970-01-01T01:20:00-04:30");
+    assert_eq!(by_offset["window"]["sinceMs"], 11_000_000);
+    assert_eq!(by_offset["window"]["untilMs"], 21_000_000);
+    assert_eq!(by_offset["overall"], by_ms["overall"]);
+
+    let (ok, _, stderr) = gangscaler(&[
+        "audit",
+        "report",
+        p,
+        "--since",
+        "1970-01-01T07:00:00+02:00",
+        "--until",
+        "1970-01-01T04:00:00Z",
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("--since \"1970-01-01T07:00:00+02:00\"")
+            && stderr.contains("--until \"1970-01-01T04:00:00Z\""),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn audit_report_reads_rotated_files_oldest_first_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
@@ -1019,4 +1268,54 @@ fn the_examples_in_the_schema_doc_parse() {
         events,
         ["decision", "decision", "phase", "outcome", "outcome"]
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config
+
+/// Loads a config directory whose provider file has an `audit` section with `file_mode` (the
+/// YAML as written, or absent).
+fn load_audit_config(
+    file_mode: Option<&str>,
+) -> Result<gangscaler::config::Loaded, gangscaler::config::Error> {
+    let dir = tempfile::tempdir().unwrap();
+    let mode = file_mode.map_or(String::new(), |m| format!("  fileMode: {m}\n"));
+    fs::write(
+        dir.path().join("provider.yaml"),
+        format!(
+            "server:\n  address: \"127.0.0.1:8086\"\n  plaintext: true\naudit:\n  path: audit.jsonl\n{mode}"
+        ),
+    )
+    .unwrap();
+    fs::create_dir(dir.path().join("nodegroups")).unwrap();
+    fs::write(
+        dir.path().join("nodegroups/gpu-a.yaml"),
+        "id: gpu-a\nminSize: 0\nmaxSize: 4\ninstanceType: p5\nregion: r\nzone: z\n\
+         capacity:\n  cpu: \"8\"\n  memory: 64Gi\n  pods: 110\n",
+    )
+    .unwrap();
+    gangscaler::config::Source::with_env(dir.path(), std::collections::HashMap::new()).load()
+}
+
+#[test]
+fn audit_file_mode_defaults_to_owner_only_and_takes_a_quoted_octal_mode() {
+    let audit_of = |m| load_audit_config(m).unwrap().provider.audit.unwrap();
+    assert_eq!(audit_of(None).file_mode, 0o600);
+    assert_eq!(audit_of(Some("\"0640\"")).file_mode, 0o640);
+    for (written, shown) in [
+        ("0640", "\"640\""), // unquoted: a YAML number
+        ("\"0644x\"", "\"0644x\""),
+        ("\"0400\"", "\"0400\""), // the owner cannot write
+        ("\"0666\"", "\"0666\""), // others can write
+        ("\"0700\"", "\"0700\""), // executable
+    ] {
+        let err = load_audit_config(Some(written)).unwrap_err();
+        let gangscaler::config::Error::Invalid(list) = &err else {
+            panic!("{written}: {err:#?}")
+        };
+        assert_eq!(list.len(), 1, "{written}: {list:#?}");
+        assert_eq!(list[0].field, "audit.fileMode", "{written}");
+        assert_eq!(list[0].value.as_deref(), Some(shown), "{written}");
+        assert!(list[0].file.ends_with("provider.yaml"), "{written}");
+    }
 }

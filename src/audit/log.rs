@@ -33,6 +33,15 @@
 //! file is created and the directory is synced. Each rename is atomic, so a crash during
 //! rotation can leave a gap in the numbering but never a duplicate or partial file. Reading
 //! [`rotated_paths`](super::read::rotated_paths) in order gives every record once, oldest first.
+//!
+//! # File mode
+//!
+//! The log says which gangs ran where and why, so it is not world-readable: on Unix the live
+//! file is created with [`Config::file_mode`] (`0600` by default) and then set to exactly that
+//! mode, whatever the umask. [`AuditLog::open`] also sets the mode of a live or rotated file
+//! that already exists (an older gangscaler created them `0644`), and fails, naming the file
+//! and both modes, if it cannot. Rotation renames files, which keeps their mode, and creates
+//! the fresh live file with the same mode; nothing is ever rewritten through a temporary file.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -56,7 +65,12 @@ pub struct Config {
     pub keep_files: u32,
     /// Also print every acknowledged line on stdout (off by default).
     pub copy_to_stdout: bool,
+    /// Permission bits of the files (live and rotated), `0o600` by default; Unix only.
+    pub file_mode: u32,
 }
+
+/// The default [`Config::file_mode`]: read and write for the owner only.
+pub const DEFAULT_FILE_MODE: u32 = 0o600;
 
 impl Default for Config {
     fn default() -> Self {
@@ -64,6 +78,7 @@ impl Default for Config {
             max_bytes: 64 << 20,
             keep_files: 5,
             copy_to_stdout: false,
+            file_mode: DEFAULT_FILE_MODE,
         }
     }
 }
@@ -94,6 +109,14 @@ impl Config {
         self.copy_to_stdout = copy;
         self
     }
+
+    /// Sets the permission bits of the files (only the low 12 bits are used). The owner needs
+    /// read and write (`0o600`) to reopen the log after a restart.
+    #[must_use]
+    pub fn with_file_mode(mut self, mode: u32) -> Self {
+        self.file_mode = mode & 0o7777;
+        self
+    }
 }
 
 /// The path of the `n`th rotated file of `path`: `<path>.<n>`.
@@ -122,18 +145,30 @@ pub struct AuditLog {
 }
 
 impl AuditLog {
-    /// Opens (or creates) the log at `path` and cuts off a torn tail left by a crash.
+    /// Opens (or creates) the log at `path`, sets the mode of its live and rotated files to
+    /// [`Config::file_mode`] and cuts off a torn tail left by a crash.
     ///
     /// # Errors
-    /// [`Error::Open`] if the file cannot be opened or created (its directory must exist);
+    /// [`Error::Open`] if the file cannot be opened or created (its directory must exist), or
+    /// the mode of the live file or of a rotated file cannot be set;
     /// [`Error::Repair`] if the torn tail cannot be cut, or is longer than [`MAX_TORN_TAIL`]
     /// (the file is then probably not an audit log, and is left as it is).
     pub fn open(path: impl Into<PathBuf>, config: Config) -> Result<Self> {
         let path = path.into();
-        let (file, created) = open_live(&path).map_err(|source| Error::Open {
+        let (file, created) = open_live(&path, config.file_mode).map_err(|source| Error::Open {
             path: path.clone(),
             source,
         })?;
+        if !created {
+            for rotated in super::read::rotated_paths(&path)? {
+                if rotated != path {
+                    set_path_mode(&rotated, config.file_mode).map_err(|source| Error::Open {
+                        path: rotated.clone(),
+                        source,
+                    })?;
+                }
+            }
+        }
         let mut live = Live { file, len: 0 };
         let repaired_bytes = repair(&mut live).map_err(|source| Error::Repair {
             path: path.clone(),
@@ -249,7 +284,7 @@ impl AuditLog {
         } else {
             ignore_missing(fs::remove_file(&self.path))?;
         }
-        let (file, _) = open_live(&self.path)?;
+        let (file, _) = open_live(&self.path, self.config.file_mode)?;
         sync_dir(&self.path)?;
         *live = Live { file, len: 0 };
         Ok(())
@@ -263,21 +298,84 @@ fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
     }
 }
 
-/// Opens `path` for reading and appending, creating it; says whether it was created.
-fn open_live(path: &Path) -> io::Result<(File, bool)> {
-    match OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create_new(true)
-        .open(path)
+/// Opens `path` for reading and appending, creating it with `mode`, and sets its mode to
+/// exactly `mode` (the umask may have narrowed it; an existing file may have another);
+/// says whether it was created.
+fn open_live(path: &Path, mode: u32) -> io::Result<(File, bool)> {
+    let mut create = OpenOptions::new();
+    create.read(true).append(true).create_new(true);
+    #[cfg(unix)]
     {
-        Ok(f) => Ok((f, true)),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let f = OpenOptions::new().read(true).append(true).open(path)?;
-            Ok((f, false))
-        }
-        Err(e) => Err(e),
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // Never wider than `mode`, even for an instant.
+        create.mode(mode);
     }
+    let (file, created) = match create.open(path) {
+        Ok(f) => (f, true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (
+            OpenOptions::new().read(true).append(true).open(path)?,
+            false,
+        ),
+        Err(e) => return Err(e),
+    };
+    set_file_mode(&file, path, mode)?;
+    Ok((file, created))
+}
+
+/// Sets the mode of the open `file` (at `path`, for messages) to `mode` if it differs.
+#[cfg(unix)]
+fn set_file_mode(file: &File, path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let old = file.metadata()?.permissions().mode() & 0o7777;
+    if old == mode {
+        return Ok(());
+    }
+    file.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(|e| mode_error(&e, old, mode))?;
+    tracing::info!(
+        audit.path = %path.display(),
+        mode.old = format_args!("{old:04o}"),
+        mode.new = format_args!("{mode:04o}"),
+        "set the audit log file mode"
+    );
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn set_file_mode(_: &File, _: &Path, _: u32) -> io::Result<()> {
+    Ok(())
+}
+
+/// Sets the mode of the (rotated) file at `path` to `mode` if it differs; a file that is
+/// gone (rotated away meanwhile) is fine.
+#[cfg(unix)]
+fn set_path_mode(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let old = match fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() => m.permissions().mode() & 0o7777,
+        // Not a regular file: not ours to change (the reader reports it if it is read).
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if old == mode {
+        return Ok(());
+    }
+    ignore_missing(fs::set_permissions(path, fs::Permissions::from_mode(mode)))
+        .map_err(|e| mode_error(&e, old, mode))
+}
+
+#[cfg(not(unix))]
+fn set_path_mode(_: &Path, _: u32) -> io::Result<()> {
+    Ok(())
+}
+
+#[cfg(unix)]
+fn mode_error(e: &io::Error, old: u32, mode: u32) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!("setting the file mode from {old:04o} to {mode:04o}: {e}"),
+    )
 }
 
 /// Makes a created or renamed directory entry durable.
@@ -424,5 +522,68 @@ mod tests {
         assert_eq!(text.lines().count(), 1);
         assert!(text.contains("su-2"));
         assert!(!rotated_path(&path, 1).exists());
+    }
+
+    #[cfg(unix)]
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt as _;
+        fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_live_file_and_every_rotated_file_are_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log =
+            AuditLog::open(&path, Config::new().with_max_bytes(1).with_keep_files(3)).unwrap();
+        for n in 0..4 {
+            log.append(&record(n)).unwrap();
+        }
+        let files = [
+            path.clone(),
+            rotated_path(&path, 1),
+            rotated_path(&path, 2),
+            rotated_path(&path, 3),
+        ];
+        for f in &files {
+            assert_eq!(mode(f), DEFAULT_FILE_MODE, "{}", f.display());
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_configured_mode_is_applied_exactly_and_kept_by_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let config = Config::new()
+            .with_max_bytes(1)
+            .with_keep_files(2)
+            .with_file_mode(0o640);
+        let log = AuditLog::open(&path, config).unwrap();
+        log.append(&record(1)).unwrap();
+        log.append(&record(2)).unwrap();
+        assert_eq!(mode(&path), 0o640);
+        assert_eq!(mode(&rotated_path(&path, 1)), 0o640);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn opening_existing_world_readable_files_narrows_them_to_the_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let files = [path.clone(), rotated_path(&path, 1), rotated_path(&path, 7)];
+        for f in &files {
+            fs::write(f, record(1).to_line().unwrap() + "\n").unwrap();
+            fs::set_permissions(f, fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let log = AuditLog::open(&path, Config::new()).unwrap();
+        for f in &files {
+            assert_eq!(mode(f), DEFAULT_FILE_MODE, "{}", f.display());
+        }
+        // The records are untouched.
+        assert_eq!(log.len(), fs::metadata(&path).unwrap().len());
+        assert!(!log.is_empty());
     }
 }

@@ -3,21 +3,29 @@
 //!
 //! # Definitions
 //!
+//! `docs/audit-schema.md` (section "Report") defines every number; in short:
+//!
 //! - **In the window**: a record whose `tsMs` is in `[since, until)`. An outcome counts in the
 //!   window it was recorded in (when the scale-up ended), a decision in the window it was made.
+//!   `records` counts the records in the window.
 //! - **Formation time**: `formedAtMs - requestedAtMs` of each outcome whose gang formed.
 //! - **Pending time**: `formedAtMs - pendingSinceMs` of each outcome with both: how long the
 //!   gang waited, from its creation until it formed (includes the time before CA asked).
 //! - **Start success rate**: `succeeded` outcomes / all outcomes (every terminal outcome,
 //!   including `cancelled` and `preempted`). `null` with no outcome.
-//! - **Attach failure rate**: outcomes that are `attachFailed` or saw `attachFailures > 0` /
-//!   outcomes that reached `gangFormed` (have `formedAtMs`) or are `attachFailed`. `null` when
-//!   the denominator is 0.
-//! - **Open**: lifecycles opened by a decision in the window with no outcome in the records.
+//! - **Attach failure rate**: `withAttachFailures / formedOrAttachFailed`: of the outcomes that
+//!   have `formedAtMs` or are `attachFailed`, those that are `attachFailed` or saw
+//!   `attachFailures > 0`, each outcome counted once. `null` when the denominator is 0.
+//! - **Open**: lifecycles requested in the window (an accepted decision's `tsMs`, or a phase's
+//!   `atMs - elapsedMs` when no decision of it was read) with no outcome recorded before
+//!   `until` (any outcome read, without `until`). **Overdue**: the open ones older than
+//!   [`Options::overdue_after_ms`] at the report's reference time (`until`, or the time of the
+//!   report if that is earlier or there is no `until`).
 //! - **Percentiles** by nearest rank: the `p`th percentile of `n` sorted values is the value at
 //!   1-based rank `ceil(p * n / 100)`. Always one of the values; no interpolation.
 //!
-//! Negative durations (a clock stepped back) count as 0.
+//! Negative durations (a clock stepped back) count as 0. Every number is independent of the
+//! order of the records: reading the files in any order gives the same report.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -113,15 +121,20 @@ pub struct Stats {
     pub outcomes: BTreeMap<&'static str, u64>,
     /// All outcomes.
     pub terminal: u64,
-    /// Open lifecycles.
+    /// Lifecycles requested in the window and still open at its end.
     pub open: u64,
+    /// Of `open`, those older than [`Report::overdue_after_ms`] at [`Report::as_of_ms`].
+    pub overdue: u64,
     /// `succeeded / terminal`.
     pub start_success_rate: Option<f64>,
-    /// Outcomes that reached `gangFormed` or are `attachFailed`.
-    pub formed: u64,
-    /// Of those, how many had attach failures.
-    pub attach_failed: u64,
-    /// `attachFailed / formed`.
+    /// Outcomes that have `formedAtMs` or are `attachFailed`: the attach failure rate's
+    /// denominator.
+    pub formed_or_attach_failed: u64,
+    /// Of those, the ones that are `attachFailed` or saw `attachFailures > 0`, each once:
+    /// the attach failure rate's numerator. Not the `attachFailed` outcome count, which is
+    /// `outcomes.attachFailed`.
+    pub with_attach_failures: u64,
+    /// `withAttachFailures / formedOrAttachFailed`.
     pub attach_failure_rate: Option<f64>,
     /// Formation time.
     pub formation: Percentiles,
@@ -148,7 +161,7 @@ impl Acc {
             .copied()
             .unwrap_or(0);
         s.start_success_rate = ratio(succeeded, s.terminal);
-        s.attach_failure_rate = ratio(s.attach_failed, s.formed);
+        s.attach_failure_rate = ratio(s.with_attach_failures, s.formed_or_attach_failed);
         s.formation = Percentiles::of(self.formation);
         s.pending = Percentiles::of(self.pending);
         self.stats
@@ -160,23 +173,81 @@ fn ratio(n: u64, d: u64) -> Option<f64> {
     (d > 0).then(|| n as f64 / d as f64)
 }
 
+/// The default [`Options::overdue_after_ms`]: 40 minutes, the default `formationTimeout` (30
+/// minutes) plus `attachTimeout` (10 minutes). With the default timeouts a running gangscaler
+/// has by then ended every gang lifecycle that did not reach `volumesAttached`.
+pub const DEFAULT_OVERDUE_AFTER_MS: u64 = 40 * 60 * 1000;
+
+/// What a report needs besides the records and the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// When the report is made, unix milliseconds: the reference time for `overdue` when the
+    /// window has no end or ends later. `None`: only `until` is a reference.
+    pub now_ms: Option<i64>,
+    /// An open lifecycle requested more than this long before the reference time is overdue.
+    pub overdue_after_ms: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            now_ms: None,
+            overdue_after_ms: DEFAULT_OVERDUE_AFTER_MS,
+        }
+    }
+}
+
+impl Options {
+    /// The defaults: no `now`, overdue after [`DEFAULT_OVERDUE_AFTER_MS`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets when the report is made.
+    #[must_use]
+    pub fn with_now_ms(mut self, now_ms: i64) -> Self {
+        self.now_ms = Some(now_ms);
+        self
+    }
+
+    /// Sets the age past which an open lifecycle is overdue.
+    #[must_use]
+    pub fn with_overdue_after_ms(mut self, ms: u64) -> Self {
+        self.overdue_after_ms = ms;
+        self
+    }
+}
+
 /// The report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
     /// The window.
     pub window: Window,
-    /// Records in the window.
+    /// The reference time of `open` and `overdue`: the earlier of `until` and the time of the
+    /// report; `null` with neither (then nothing is overdue).
+    pub as_of_ms: Option<i64>,
+    /// An open lifecycle older than this at `asOfMs` is overdue.
+    pub overdue_after_ms: u64,
+    /// Records (lines that parsed) in the window.
     pub records: u64,
     /// Every node group together.
     pub overall: Stats,
-    /// Per node group, by id.
+    /// Per node group, by id: every group named by a record in the window or with an open
+    /// lifecycle requested in it.
     pub node_groups: BTreeMap<String, Stats>,
 }
 
 impl Report {
-    /// Computes the report of `records` for `window` (definitions in the module docs).
+    /// Computes the report of `records` (in any order) for `window` with the default
+    /// [`Options`] (definitions in the module docs).
     pub fn compute(records: &[Record], window: Window) -> Self {
+        Self::compute_with(records, window, Options::default())
+    }
+
+    /// Computes the report of `records` (in any order) for `window` (definitions in the
+    /// module docs).
+    pub fn compute_with(records: &[Record], window: Window, options: Options) -> Self {
         let mut overall = Acc::default();
         let mut groups: BTreeMap<String, Acc> = BTreeMap::new();
         let mut in_window = 0u64;
@@ -187,14 +258,30 @@ impl Report {
                 add(acc, r);
             }
         }
-        for (node_group, requested_at_ms) in open_lifecycles(records) {
-            if window.contains(requested_at_ms) {
-                overall.stats.open += 1;
-                groups.entry(node_group.to_owned()).or_default().stats.open += 1;
+        let as_of_ms = match (window.until_ms, options.now_ms) {
+            (Some(u), Some(n)) => Some(u.min(n)),
+            (u, n) => u.or(n),
+        };
+        for life in lifecycles(records).into_values() {
+            let open = window.contains(life.requested_at_ms)
+                && life
+                    .closed_at_ms
+                    .is_none_or(|c| window.until_ms.is_some_and(|u| c >= u));
+            if !open {
+                continue;
+            }
+            let overdue = as_of_ms
+                .is_some_and(|t| elapsed_ms(life.requested_at_ms, t) > options.overdue_after_ms);
+            let group = groups.entry(life.node_group.to_owned()).or_default();
+            for acc in [&mut overall, group] {
+                acc.stats.open += 1;
+                acc.stats.overdue += u64::from(overdue);
             }
         }
         Self {
             window,
+            as_of_ms,
+            overdue_after_ms: options.overdue_after_ms,
             records: in_window,
             overall: overall.finish(),
             node_groups: groups.into_iter().map(|(g, a)| (g, a.finish())).collect(),
@@ -208,19 +295,22 @@ impl Report {
         let bound = |ms: Option<i64>| ms.map_or_else(|| "-".to_owned(), rfc3339);
         let _ = writeln!(
             s,
-            "window: [{}, {}), {} record(s)\n",
+            "window: [{}, {}), {} record(s); open as of {}, overdue after {}\n",
             bound(self.window.since_ms),
             bound(self.window.until_ms),
-            self.records
+            self.records,
+            bound(self.as_of_ms),
+            human_ms(self.overdue_after_ms),
         );
         let _ = writeln!(
             s,
-            "{:<20} {:>9} {:>8} {:>8} {:>5} {:>8} {:>26} {:>26} {:>11}",
+            "{:<20} {:>9} {:>8} {:>8} {:>5} {:>7} {:>8} {:>26} {:>26} {:>11}",
             "NODE GROUP",
             "DECISIONS",
             "REJECTED",
             "OUTCOMES",
             "OPEN",
+            "OVERDUE",
             "START OK",
             "FORMATION P50/P95/P99",
             "PENDING P50/P95/P99",
@@ -234,11 +324,12 @@ impl Report {
         for (group, st) in rows {
             let _ = writeln!(
                 s,
-                "{group:<20} {:>9} {:>8} {:>8} {:>5} {:>8} {:>26} {:>26} {:>11}",
+                "{group:<20} {:>9} {:>8} {:>8} {:>5} {:>7} {:>8} {:>26} {:>26} {:>11}",
                 st.decisions,
                 st.rejected,
                 st.terminal,
                 st.open,
+                st.overdue,
                 percent(st.start_success_rate),
                 triple(&st.formation),
                 triple(&st.pending),
@@ -271,32 +362,88 @@ impl Report {
     }
 }
 
-/// The lifecycles `records` leave open, each as (node group, requested at): the fold the
-/// scale-up tracker resumes from, without its phases. An accepted decision opens
+/// A lifecycle's identity: `(scaleUpId, gang)`.
+type Key = (String, Option<GangId>);
+
+/// One lifecycle as the records show it, whatever their order.
+struct Lifecycle<'a> {
+    /// When it was requested: the earliest accepted decision that opened it, or without one,
+    /// the earliest `atMs - elapsedMs` of its phases.
+    requested_at_ms: i64,
+    /// Whether `requested_at_ms` comes from a decision.
+    from_decision: bool,
+    /// The node group of the record `requested_at_ms` comes from.
+    node_group: &'a str,
+    /// When its first outcome was recorded.
+    closed_at_ms: Option<i64>,
+}
+
+/// Every lifecycle the records open, by `(scaleUpId, gang)`: an accepted decision opens
 /// [`DecisionEvent::opened_lifecycles`](super::DecisionEvent::opened_lifecycles); a phase
-/// reopens its lifecycle when its decision was rotated away, requested at
-/// [`PhaseEvent::requested_at_ms`](super::PhaseEvent::requested_at_ms); an outcome closes its
-/// lifecycle.
-fn open_lifecycles(records: &[Record]) -> Vec<(&str, i64)> {
-    let mut open: BTreeMap<(String, Option<GangId>), (&str, i64)> = BTreeMap::new();
+/// whose decision is not in the records (rotated away) opens its own, requested at
+/// [`PhaseEvent::requested_at_ms`](super::PhaseEvent::requested_at_ms); an outcome closes it.
+/// A set fold rather than a replay, so that the order of the records does not matter; for a
+/// log read in order it gives what the scale-up tracker resumes from.
+fn lifecycles(records: &[Record]) -> BTreeMap<Key, Lifecycle<'_>> {
+    let mut lives: BTreeMap<Key, Lifecycle<'_>> = BTreeMap::new();
+    let mut closed: BTreeMap<Key, i64> = BTreeMap::new();
     for r in records {
         match &r.event {
             Event::Decision(d) => {
                 for key in d.opened_lifecycles() {
-                    open.entry(key).or_insert((d.node_group.as_str(), r.ts_ms));
+                    note(&mut lives, key, r.ts_ms, true, &d.node_group);
                 }
             }
             Event::Phase(p) => {
                 let key = (p.scale_up_id.clone(), p.gang.clone());
-                open.entry(key)
-                    .or_insert((p.node_group.as_str(), p.requested_at_ms()));
+                note(&mut lives, key, p.requested_at_ms(), false, &p.node_group);
             }
             Event::Outcome(o) => {
-                open.remove(&(o.scale_up_id.clone(), o.gang.clone()));
+                let at = closed
+                    .entry((o.scale_up_id.clone(), o.gang.clone()))
+                    .or_insert(r.ts_ms);
+                *at = (*at).min(r.ts_ms);
             }
         }
     }
-    open.into_values().collect()
+    for (key, at) in closed {
+        if let Some(life) = lives.get_mut(&key) {
+            life.closed_at_ms = Some(at);
+        }
+    }
+    lives
+}
+
+/// Records that a lifecycle was requested at `at` according to one record: a decision beats
+/// a phase; among equals the earliest time wins, then the smallest node group (so that the
+/// result does not depend on the order of the records).
+fn note<'a>(
+    lives: &mut BTreeMap<Key, Lifecycle<'a>>,
+    key: Key,
+    at: i64,
+    from_decision: bool,
+    node_group: &'a str,
+) {
+    let new = Lifecycle {
+        requested_at_ms: at,
+        from_decision,
+        node_group,
+        closed_at_ms: None,
+    };
+    match lives.entry(key) {
+        std::collections::btree_map::Entry::Vacant(e) => {
+            e.insert(new);
+        }
+        std::collections::btree_map::Entry::Occupied(mut e) => {
+            let old = e.get();
+            fn rank<'a>(l: &Lifecycle<'a>) -> (bool, i64, &'a str) {
+                (!l.from_decision, l.requested_at_ms, l.node_group)
+            }
+            if rank(&new) < rank(old) {
+                e.insert(new);
+            }
+        }
+    }
 }
 
 fn add(acc: &mut Acc, r: &Record) {
@@ -317,9 +464,9 @@ fn add(acc: &mut Acc, r: &Record) {
             s.terminal += 1;
             *s.outcomes.entry(o.outcome.as_str()).or_insert(0) += 1;
             if o.formed_at_ms.is_some() || o.outcome == Outcome::AttachFailed {
-                s.formed += 1;
+                s.formed_or_attach_failed += 1;
                 if o.attach_failures > 0 || o.outcome == Outcome::AttachFailed {
-                    s.attach_failed += 1;
+                    s.with_attach_failures += 1;
                 }
             }
             if let Some(formed) = o.formed_at_ms {

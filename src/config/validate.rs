@@ -141,12 +141,14 @@ pub fn provider(
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(5);
         let stdout = a.bool("stdout", errs).unwrap_or(false);
+        let file_mode = audit_file_mode(&mut a, errs).unwrap_or(0o600);
         a.finish(errs);
         Some(super::AuditSettings {
             path: path?,
             max_bytes,
             keep_files,
             stdout,
+            file_mode,
         })
     });
     let lifecycle = lifecycle_settings(
@@ -166,6 +168,30 @@ pub fn provider(
         lifecycle,
     });
     (settings, defaults)
+}
+
+/// `audit.fileMode`: a quoted octal mode such as `"0640"`. The leading `0` is required, which
+/// refuses an unquoted YAML number (YAML 1.1 and 1.2 read `0640` differently). The owner must
+/// be able to read and write (the log is reopened on restart); nobody else may write, and
+/// nothing is executable.
+fn audit_file_mode(a: &mut Obj<'_>, errs: &mut Errors) -> Option<u32> {
+    let s = a.string("fileMode", errs)?;
+    let mode = (s.len() == 4 && s.starts_with('0'))
+        .then(|| u32::from_str_radix(&s, 8).ok())
+        .flatten();
+    let message = match mode {
+        Some(m) if m & 0o600 == 0o600 && m & !0o664 == 0 => return Some(m),
+        Some(_) => {
+            "must give the owner read and write (0600) and add at most 0064 \
+             (group read/write, others read)"
+        }
+        None => {
+            "must be a quoted octal mode of four digits starting with 0, such as \"0600\" \
+             or \"0640\" (YAML reads an unquoted 0640 as a number)"
+        }
+    };
+    errs.push(&a.path("fileMode"), Some(&Value::String(s)), message);
+    None
 }
 
 /// The `lifecycle` section; `written` is the section as written, for the values in errors.

@@ -59,8 +59,10 @@ pub struct Resumed {
     pub files: Vec<PathBuf>,
     /// Records read.
     pub records: usize,
-    /// Lines skipped.
+    /// Lines skipped (at most [`audit::read::MAX_BAD_LINES_PER_FILE`] per file listed).
     pub bad: Vec<BadLine>,
+    /// Lines skipped past those listed in `bad`.
+    pub bad_unlisted: u64,
     /// Lifecycles still open.
     pub open: usize,
     /// Bytes of a torn last line cut off.
@@ -86,6 +88,7 @@ impl Recorder {
             files,
             records: reading.records.len(),
             bad: reading.bad,
+            bad_unlisted: reading.bad_unlisted,
             open: tracker.open_count(),
             repaired_bytes: log.repaired_bytes(),
         };
