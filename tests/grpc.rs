@@ -594,7 +594,8 @@ async fn decrease_target_size_cancels_only_capacity_not_yet_created() {
         (UNKNOWN, -1, Code::NotFound),
         ("lazy", 0, Code::InvalidArgument),
         ("lazy", 1, Code::InvalidArgument),
-        ("lazy", i32::MIN, Code::InvalidArgument),
+        // i32::MIN is a (very) negative delta, refused because nothing is pending.
+        ("lazy", i32::MIN, Code::FailedPrecondition),
         // Nothing pending at all.
         ("lazy", -1, Code::FailedPrecondition),
     ];
@@ -609,6 +610,30 @@ async fn decrease_target_size_cancels_only_capacity_not_yet_created() {
 
     ok(increase(&mut c, "lazy", 3).await, "IncreaseSize(lazy, 3)");
     assert_eq!(target(&mut c, "lazy").await, 3);
+    // The most negative delta asks to cancel 2^31 units: refused for what it is, not as a
+    // "non-negative" delta.
+    let refused = expect_code(
+        decrease(&mut c, "lazy", i32::MIN).await,
+        Code::FailedPrecondition,
+        "DecreaseTargetSize(lazy, i32::MIN) with 3 pending",
+    );
+    let msg = refused.message();
+    assert!(
+        msg.contains("by 2147483648") && msg.contains("only 3"),
+        "{msg}"
+    );
+    assert!(!msg.contains("must be negative"), "{msg}");
+    assert_eq!(target(&mut c, "lazy").await, 3);
+    let zero = expect_code(
+        decrease(&mut c, "lazy", 0).await,
+        Code::InvalidArgument,
+        "DecreaseTargetSize(lazy, 0)",
+    );
+    assert!(
+        zero.message().contains("must be negative, got 0"),
+        "{}",
+        zero.message()
+    );
     ok(
         decrease(&mut c, "lazy", -2).await,
         "DecreaseTargetSize(lazy, -2)",
@@ -911,6 +936,88 @@ fn ts(seconds: i64, nanos: i32) -> Option<prost_types::Timestamp> {
 
 fn legacy_ts(seconds: i64, nanos: i32) -> Option<proto::LegacyTime> {
     Some(proto::LegacyTime { seconds, nanos })
+}
+
+/// At most this many bytes of status message, whatever the request carried.
+const MESSAGE_BOUND: usize = 1024;
+
+#[track_caller]
+fn bounded_and_escaped(status: &tonic::Status, full_len: usize, what: &str) {
+    let msg = status.message();
+    assert!(
+        msg.len() < MESSAGE_BOUND,
+        "{what}: a {}-byte message for a {full_len}-byte value",
+        msg.len()
+    );
+    assert!(
+        msg.contains(&format!("…({full_len} bytes)")),
+        "{what}: {msg}"
+    );
+    assert!(
+        !msg.contains('\n') && !msg.contains('\r'),
+        "{what}: {msg:?}"
+    );
+}
+
+#[tokio::test]
+async fn request_strings_are_echoed_cut_short_and_escaped() {
+    let server = start().await;
+    let mut c = server.client().await;
+    let huge = format!("line\nINFO forged\r{}", "g".repeat(1 << 20));
+
+    let s = expect_code(
+        target_size(&mut c, &huge).await,
+        Code::NotFound,
+        "TargetSize(1 MiB id)",
+    );
+    bounded_and_escaped(&s, huge.len(), "TargetSize");
+    assert!(
+        s.message()
+            .starts_with(r#"node group "line\nINFO forged\rggg"#),
+        "{}",
+        s.message()
+    );
+    for (what, result) in [
+        ("IncreaseSize", increase(&mut c, &huge, 1).await),
+        ("DecreaseTargetSize", decrease(&mut c, &huge, -1).await),
+        (
+            "DeleteNodes",
+            delete(&mut c, &huge, vec![node("p", "n")]).await,
+        ),
+    ] {
+        let s = expect_code(result, Code::NotFound, what);
+        bounded_and_escaped(&s, huge.len(), what);
+    }
+
+    // A node name and providerID from the request, in a delete refusal.
+    let s = expect_code(
+        delete(&mut c, "gpu", vec![node(&huge, &huge)]).await,
+        Code::InvalidArgument,
+        "DeleteNodes(gpu, unknown 1 MiB node)",
+    );
+    bounded_and_escaped(&s, huge.len(), "DeleteNodes node");
+    // ... and in an unmanaged-node refusal.
+    let s = expect_code(
+        c.pricing_node_price(proto::PricingNodePriceRequest {
+            node: Some(node(&huge, &huge)),
+            start_timestamp: ts(0, 0),
+            end_timestamp: ts(3600, 0),
+            ..Default::default()
+        })
+        .await,
+        Code::NotFound,
+        "PricingNodePrice(unmanaged 1 MiB node)",
+    );
+    bounded_and_escaped(&s, huge.len(), "PricingNodePrice");
+
+    // Short values are echoed whole.
+    let s = expect_code(
+        target_size(&mut c, "no-such-group").await,
+        Code::NotFound,
+        "TargetSize(no-such-group)",
+    );
+    assert_eq!(s.message(), r#"node group "no-such-group" not found"#);
+    server.stop().await;
 }
 
 #[tokio::test]

@@ -794,7 +794,13 @@ impl Provisioner for KwokProvisioner {
     }
 
     async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
-        let dues: Vec<u64> = spec(group).due_times(now_ms(), delta).collect();
+        // A delta past the maximum is refused below whatever the target; computing its due
+        // times first would allocate one entry per requested node (up to 2^31).
+        let dues: Vec<u64> = if delta <= group.max_size {
+            spec(group).due_times(now_ms(), delta).collect()
+        } else {
+            Vec::new()
+        };
         let (record, ()) = self
             .update(group, |r| {
                 let new = r.target.saturating_add(delta);
