@@ -1020,6 +1020,111 @@ async fn request_strings_are_echoed_cut_short_and_escaped() {
     server.stop().await;
 }
 
+/// A codec that sends raw bytes as the request message and decodes a
+/// `NodeGroupTargetSizeResponse`, to put undecodable bodies on the wire.
+#[derive(Clone, Default)]
+struct RawRequest;
+
+struct RawEncoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use prost::bytes::BufMut;
+        buf.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Codec for RawRequest {
+    type Encode = Vec<u8>;
+    type Decode = proto::NodeGroupTargetSizeResponse;
+    type Encoder = RawEncoder;
+    type Decoder = tonic_prost::ProstDecoder<proto::NodeGroupTargetSizeResponse>;
+
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::default()
+    }
+}
+
+async fn raw_target_size(server: &TestServer, body: Vec<u8>) -> Result<i32, tonic::Status> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
+        .expect("valid uri")
+        .connect()
+        .await
+        .expect("connecting");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("channel ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider/NodeGroupTargetSize",
+    );
+    grpc.unary(tonic::Request::new(body), path, RawRequest)
+        .await
+        .map(|r| r.into_inner().target_size)
+}
+
+#[tokio::test]
+async fn oversized_requests_are_resource_exhausted_and_undecodable_ones_internal() {
+    let server = start().await;
+    let mut c = server.client().await;
+
+    // 5 MiB, over tonic's 4 MiB request limit: RESOURCE_EXHAUSTED, as grpc-go answers it.
+    let s = expect_code(
+        target_size(&mut c, &"g".repeat(5 << 20)).await,
+        Code::ResourceExhausted,
+        "TargetSize(5 MiB id)",
+    );
+    assert!(
+        s.message().contains("4194304"),
+        "names the limit: {}",
+        s.message()
+    );
+    // Just under the limit is decoded and answered by the service.
+    expect_code(
+        target_size(&mut c, &"g".repeat(3 << 20)).await,
+        Code::NotFound,
+        "TargetSize(3 MiB id)",
+    );
+
+    // Field 1 (id) as a string that is not UTF-8: INTERNAL, the code gRPC specifies for a
+    // request that does not parse, with prost's message naming the field.
+    let s = expect_code(
+        raw_target_size(&server, vec![0x0a, 0x02, 0xff, 0xfe]).await,
+        Code::Internal,
+        "TargetSize(non-UTF-8 id)",
+    );
+    assert!(
+        s.message().contains("NodeGroupTargetSizeRequest.id"),
+        "{}",
+        s.message()
+    );
+    // A length running past the end of the message.
+    expect_code(
+        raw_target_size(&server, vec![0x0a, 0x7f, b'g']).await,
+        Code::Internal,
+        "TargetSize(truncated)",
+    );
+    // The raw path itself is sound: a well-formed body is answered.
+    let ok_body = proto::NodeGroupTargetSizeRequest { id: "gpu".into() };
+    let target = raw_target_size(&server, prost::Message::encode_to_vec(&ok_body))
+        .await
+        .expect("well-formed raw request");
+    assert_eq!(target, 0);
+    // The server keeps serving.
+    assert_eq!(common::target(&mut c, "gpu").await, 0);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn pricing_gpu_and_housekeeping_rpcs() {
     let server = start().await;
