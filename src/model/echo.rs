@@ -4,12 +4,14 @@
 
 use std::fmt::{self, Write};
 
-/// At most this many characters of an echoed value are shown.
+/// At most this many characters of an echoed value are shown, escapes included.
 pub const ECHO_CHARS: usize = 128;
 
 /// Displays a request-derived string safe to put in a message or a log line: control and other
 /// non-printable characters, `"` and `\` escaped as Rust's `Debug` escapes them, and the value
-/// cut after [`ECHO_CHARS`] characters, followed by `…(N bytes)` naming its full length.
+/// cut once [`ECHO_CHARS`] characters of escaped text are written (an escape is never split),
+/// followed by `…(N bytes)` naming its full length. At most `ECHO_CHARS` characters, so at
+/// most `4 * ECHO_CHARS` bytes, plus the suffix, whatever the value holds.
 /// `Display` writes the bare escaped text; `Debug` writes it between double quotes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Echo<'a>(pub &'a str);
@@ -21,18 +23,21 @@ pub fn echo(value: &str) -> Echo<'_> {
 
 impl fmt::Display for Echo<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut chars = self.0.chars();
-        for c in chars.by_ref().take(ECHO_CHARS) {
+        let mut shown = 0;
+        for c in self.0.chars() {
+            let escaped = c.escape_debug();
+            let width = if c == '\'' { 1 } else { escaped.len() };
+            if shown + width > ECHO_CHARS {
+                return write!(f, "…({} bytes)", self.0.len());
+            }
+            shown += width;
             if c == '\'' {
                 f.write_char(c)?;
             } else {
-                for e in c.escape_debug() {
+                for e in escaped {
                     f.write_char(e)?;
                 }
             }
-        }
-        if chars.next().is_some() {
-            write!(f, "…({} bytes)", self.0.len())?;
         }
         Ok(())
     }
@@ -75,5 +80,19 @@ mod tests {
             shown.ends_with(&format!("…({} bytes)", wide.len())),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn escapes_count_toward_the_limit_and_are_never_split() {
+        // Each of these is shown as the 9 characters `\u{e1f31}`.
+        let hidden = "\u{e1f31}".repeat(1000);
+        let shown = echo(&hidden).to_string();
+        let (text, suffix) = shown.split_once('…').expect("cut");
+        assert_eq!(text, "\\u{e1f31}".repeat(ECHO_CHARS / 9));
+        assert_eq!(suffix, format!("({} bytes)", hidden.len()));
+        let newlines = "\n".repeat(ECHO_CHARS);
+        let shown = echo(&newlines).to_string();
+        let (text, _) = shown.split_once('…').expect("cut");
+        assert_eq!(text, "\\n".repeat(ECHO_CHARS / 2));
     }
 }
