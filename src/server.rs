@@ -1,6 +1,6 @@
 //! Wiring: binds the gRPC and HTTP listeners, sets up mutual TLS (or explicit plaintext),
-//! builds the engine with its backends and runs until shutdown. [`conn`] accepts gRPC
-//! connections under timeouts and a limit, [`tls`] builds the mutual-TLS acceptor.
+//! builds the engine with its backends and runs until shutdown. `conn` accepts gRPC
+//! connections under timeouts and a limit, `tls` builds the mutual-TLS acceptor.
 
 mod conn;
 mod tls;
@@ -324,6 +324,7 @@ impl Server {
             metrics: self.metrics.clone(),
             ready: self.ready.clone(),
             synced: self.synced.clone(),
+            header_timeout: self.connections.handshake_timeout,
         };
         let http_task = tokio::spawn(endpoints.serve(self.http, shutdown.clone()));
         let kwok_task = self.kwok.clone().map(|kwok| {

@@ -564,6 +564,11 @@ async fn a_silent_plaintext_connection_is_closed_after_the_handshake_timeout() {
     closed_by_server(&mut silent)
         .await
         .expect("silent plaintext connection is closed");
+    // The metrics endpoint closes a silent connection on the same timeout.
+    let mut silent = tokio::net::TcpStream::connect(server.http).await.unwrap();
+    closed_by_server(&mut silent)
+        .await
+        .expect("silent metrics connection is closed");
     // A connection that speaks HTTP/2 in time is served.
     let mut c = server.client().await;
     let groups = common::node_groups(&mut c).await;

@@ -84,3 +84,94 @@ fn certificates(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'
     }
     Ok(certs)
 }
+
+#[cfg(test)]
+mod tests {
+    use rcgen::{CertificateParams, KeyPair};
+
+    use super::*;
+
+    /// A self-signed certificate and its key, in PEM.
+    fn pair(name: &str) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn refused(files: &TlsFiles) -> Error {
+        match acceptor(files) {
+            Ok(_) => panic!("accepted {files:?}"),
+            Err(e) => e,
+        }
+    }
+
+    fn files(dir: &Path, cert: &str, key: &str, ca: &str) -> TlsFiles {
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        TlsFiles {
+            cert_file: write("server.crt", cert),
+            key_file: write("server.key", key),
+            client_ca_file: write("ca.crt", ca),
+        }
+    }
+
+    #[test]
+    fn good_material_gives_an_acceptor_and_bad_material_names_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = pair("gangscaler");
+        let (ca, other_key) = pair("client CA");
+        assert!(acceptor(&files(dir.path(), &cert, &key, &ca)).is_ok());
+
+        let err = refused(&files(dir.path(), "not a certificate\n", &key, &ca));
+        assert!(
+            matches!(
+                &err,
+                Error::TlsPem {
+                    field: "server.tls.certFile",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("server.crt"), "{err}");
+
+        let err = refused(&files(dir.path(), &cert, "garbage", &ca));
+        assert!(
+            matches!(
+                &err,
+                Error::TlsPem {
+                    field: "server.tls.keyFile",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+
+        let err = refused(&files(dir.path(), &cert, &key, ""));
+        assert!(
+            matches!(
+                &err,
+                Error::TlsPem {
+                    field: "server.tls.clientCaFile",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+
+        // A key that belongs to another certificate: refused at start, naming both files.
+        let err = refused(&files(dir.path(), &cert, &other_key, &ca));
+        let text = err.to_string();
+        assert!(matches!(&err, Error::Tls { .. }), "{err:?}");
+        assert!(
+            text.contains("server.crt") && text.contains("server.key"),
+            "{text}"
+        );
+    }
+}
