@@ -1011,6 +1011,18 @@ mod tests {
         assert!(minimal.pending.is_empty());
     }
 
+    #[tokio::test]
+    async fn an_increase_far_past_max_fails_without_a_due_time_per_requested_node() {
+        // Nothing listens on port 1: every API call fails at once.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let p = KwokProvisioner::new(client, KubernetesSettings::default(), "gpu");
+        let g = crate::testing::group("g", 0, 4);
+        // u32::MAX due times would be 32 GiB, computed before the bound was checked.
+        let err = p.increase(&g, u32::MAX).await.unwrap_err();
+        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    }
+
     #[test]
     fn random_suffixes_are_short_dns_safe_and_vary() {
         let a: BTreeSet<String> = (0..50).map(|_| random_suffix()).collect();
