@@ -105,6 +105,41 @@ pub struct ServerSettings {
     pub metrics_address: SocketAddr,
     /// TLS or plaintext.
     pub transport: Transport,
+    /// Timeouts, keepalive and the limit on gRPC connections (`server.connections`).
+    pub connections: ConnectionSettings,
+}
+
+/// How long gRPC connections may take to start and stay silent, and how many may be open
+/// (`server.connections`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionSettings {
+    /// Open connections at most; one more is closed as soon as it is accepted (`max`).
+    pub max: usize,
+    /// Time from accepting a connection to its first HTTP/2 bytes, the TLS handshake
+    /// included; a connection that takes longer is closed (`handshakeTimeout`).
+    pub handshake_timeout: Duration,
+    /// A connection from which nothing has been read this long is closed (`idleTimeout`).
+    /// Longer than `keepalive_interval + keepalive_timeout`, so a live client, which answers
+    /// the keepalive pings, is never idle that long.
+    pub idle_timeout: Duration,
+    /// Interval of the server's HTTP/2 keepalive pings (`keepaliveInterval`).
+    pub keepalive_interval: Duration,
+    /// A connection whose peer has not acknowledged a keepalive ping this long is closed
+    /// (`keepaliveTimeout`).
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for ConnectionSettings {
+    /// 256 connections, 10s handshake, 5m idle, a ping every 30s answered within 20s.
+    fn default() -> Self {
+        Self {
+            max: 256,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(5 * 60),
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(20),
+        }
+    }
 }
 
 /// How gangscaler reaches the cluster (kwok backend) and where it keeps durable state.

@@ -18,7 +18,7 @@ use tracing::{error, info, warn};
 use crate::config::{self, Fingerprint, Loaded};
 use crate::metrics::Metrics;
 use crate::model::{
-    AutoscalingOptions, GangRef, Instance, NodeGroupId, NodeGroupSpec, TemplateNode,
+    AutoscalingOptions, GangRef, Instance, NodeGroupId, NodeGroupSpec, TemplateNode, echo,
 };
 use crate::provision::{self, NodeRef, Provisioner};
 use crate::scaleup::{InstanceSource, InstancesError, Recorder};
@@ -26,8 +26,8 @@ use crate::scaleup::{InstanceSource, InstancesError, Recorder};
 /// Engine errors; `grpc::status` maps each to one gRPC code.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// No node group has this id.
-    #[error("node group {0:?} not found")]
+    /// No node group has this id (shown cut short and escaped: it comes from the request).
+    #[error("node group \"{}\" not found", echo(.0))]
     GroupNotFound(String),
     /// The request is malformed (bad delta, bad timestamps, missing node).
     #[error("{0}")]
@@ -38,8 +38,12 @@ pub enum Error {
     /// No price is known for the group.
     #[error("node group {0} has no price configured")]
     NoPrice(NodeGroupId),
-    /// The node is not managed by any node group.
-    #[error("node {name} (providerID {provider_id:?}) is not managed by any node group")]
+    /// The node is not managed by any node group (names shown cut short and escaped).
+    #[error(
+        "node \"{}\" (providerID \"{}\") is not managed by any node group",
+        echo(name),
+        echo(provider_id)
+    )]
     NodeNotManaged {
         /// Node name.
         name: String,
@@ -336,7 +340,10 @@ impl Engine {
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
         let delta = positive(delta, || {
-            format!("node group {id}: increase delta must be positive, got {delta}")
+            format!(
+                "node group {}: increase delta must be positive, got {delta}",
+                echo(id)
+            )
         })?;
         let backend = self.backend(g)?;
         let Some(admission) = &self.admission else {
@@ -396,26 +403,29 @@ impl Engine {
         let g = &cfg.groups[idx];
         if nodes.is_empty() {
             return Err(Error::InvalidRequest(format!(
-                "node group {id}: delete request names no nodes"
+                "node group {}: delete request names no nodes",
+                echo(id)
             )));
         }
-        if let Some(n) = nodes
+        if let Some(i) = nodes
             .iter()
-            .find(|n| n.name.is_empty() && n.provider_id.is_empty())
+            .position(|n| n.name.is_empty() && n.provider_id.is_empty())
         {
             return Err(Error::InvalidRequest(format!(
-                "node group {id}: a node in the delete request has neither name nor providerID ({n:?})"
+                "node group {}: node {i} of {} in the delete request has neither name nor providerID",
+                echo(id),
+                nodes.len()
             )));
         }
         let result = self.backend(g)?.delete(g, nodes).await;
         self.observe(g, "delete", &result);
         let target = result?;
-        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-        info!(node_group.id = %g.id, nodes = ?names, target, "nodes deleted");
+        info!(node_group.id = %g.id, nodes = %NodeList(nodes), target, "nodes deleted");
         Ok(target)
     }
 
-    /// Cancels `-delta` units of not-yet-created capacity.
+    /// Cancels `-delta` units of not-yet-created capacity. Every negative delta, `i32::MIN`
+    /// included, asks to cancel `|delta|` units.
     ///
     /// # Errors
     /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta >= 0`, or the backend's
@@ -423,9 +433,14 @@ impl Engine {
     pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<u32> {
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
-        let by = positive(delta.checked_neg().unwrap_or(0), || {
-            format!("node group {id}: decrease delta must be negative, got {delta}")
-        })?;
+        if delta >= 0 {
+            return Err(Error::InvalidRequest(format!(
+                "node group {}: decrease delta must be negative, got {delta}",
+                echo(id)
+            )));
+        }
+        // `unsigned_abs`, not negation: -i32::MIN does not fit in an i32.
+        let by = delta.unsigned_abs();
         let result = self.backend(g)?.decrease_target(g, by).await;
         self.observe(g, "decrease_target", &result);
         let target = result?;
@@ -562,6 +577,30 @@ pub fn now_ms() -> i64 {
     let now = std::time::SystemTime::now();
     now.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The names of the nodes in a request, for a log line: each cut short and escaped, and at
+/// most [`NodeList::SHOWN`] of them, then a count of the rest.
+struct NodeList<'a>(&'a [NodeRef]);
+
+impl NodeList<'_> {
+    const SHOWN: usize = 10;
+}
+
+impl std::fmt::Display for NodeList<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[")?;
+        for (i, n) in self.0.iter().take(Self::SHOWN).enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{:?}", echo(&n.name))?;
+        }
+        if self.0.len() > Self::SHOWN {
+            write!(f, ", and {} more", self.0.len() - Self::SHOWN)?;
+        }
+        f.write_str("]")
+    }
 }
 
 fn positive(delta: i32, message: impl FnOnce() -> String) -> Result<u32> {

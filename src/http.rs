@@ -8,8 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -24,6 +26,9 @@ pub struct Endpoints {
     pub ready: Arc<AtomicBool>,
     /// Set once the cluster view (if any) has synced; admission refuses to plan before.
     pub synced: Arc<AtomicBool>,
+    /// A connection whose request headers have not arrived this long after it opened (or
+    /// after its previous response) is closed; `server.connections.handshakeTimeout`.
+    pub header_timeout: Duration,
 }
 
 impl Endpoints {
@@ -59,8 +64,14 @@ impl Endpoints {
         resp
     }
 
-    /// Serves connections from `listener` until `shutdown` is cancelled.
+    /// Serves connections from `listener` until `shutdown` is cancelled: at most
+    /// [`MAX_CONNECTIONS`] at a time (more are closed at once), each closed if its request
+    /// headers take longer than `header_timeout`; accept errors such as running out of file
+    /// descriptors pause the loop (10ms doubling to 1s) and are logged at most once per 10s.
     pub async fn serve(self, listener: TcpListener, shutdown: CancellationToken) {
+        let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let mut backoff = Duration::ZERO;
+        let mut last_warning: Option<Instant> = None;
         loop {
             let accepted = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -68,19 +79,47 @@ impl Endpoints {
             };
             let (stream, peer) = match accepted {
                 Ok(a) => a,
-                Err(e) => {
-                    warn!(error = %e, "accepting http connection failed");
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionAborted
+                            | std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::Interrupted
+                            | std::io::ErrorKind::WouldBlock
+                    ) =>
+                {
                     continue;
                 }
+                Err(e) => {
+                    backoff =
+                        (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                    if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                        last_warning = Some(Instant::now());
+                        warn!(error = %e, backoff_ms = backoff.as_millis(), "accepting http connection failed; backing off");
+                    }
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(backoff) => continue,
+                    }
+                }
+            };
+            backoff = Duration::ZERO;
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                debug!(%peer, limit = MAX_CONNECTIONS, "http connection refused: limit reached");
+                continue;
             };
             let endpoints = self.clone();
+            let header_timeout = self.header_timeout;
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let resp = endpoints.respond(req.uri().path());
                     async move { Ok::<_, Infallible>(resp) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(header_timeout)
                     .serve_connection(TokioIo::new(stream), service);
                 tokio::select! {
                     () = shutdown.cancelled() => {}
@@ -92,3 +131,6 @@ impl Endpoints {
         }
     }
 }
+
+/// Open HTTP connections at most; the endpoints are scraped by a few agents.
+pub const MAX_CONNECTIONS: usize = 64;

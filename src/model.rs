@@ -1,6 +1,7 @@
 //! Domain types shared by every layer: node-group specs, quantities, template nodes and
 //! instances. Depends only on std and serde: no async, no Kubernetes client, no protobuf.
 
+pub mod echo;
 pub mod gang;
 pub mod instance;
 pub mod labels;
@@ -8,6 +9,7 @@ pub mod node_group;
 pub mod quantity;
 pub mod template;
 
+pub use echo::{ECHO_CHARS, Echo, echo};
 pub use gang::{
     Gang, GangRef, Member, PodDemand, SelectorOperator, SelectorRequirement, Toleration,
     TolerationOperator,

@@ -8,7 +8,7 @@ pub mod memory;
 
 use async_trait::async_trait;
 
-use crate::model::{Instance, NodeGroupId, NodeGroupSpec};
+use crate::model::{Instance, NodeGroupId, NodeGroupSpec, echo};
 
 /// Provisioning errors. Every variant names the group and the numbers involved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,9 +41,12 @@ pub enum Error {
         /// Group minimum.
         min: u32,
     },
-    /// A node named in a delete request is not an instance of the group.
+    /// A node named in a delete request is not an instance of the group (the request's names
+    /// are shown cut short and escaped).
     #[error(
-        "node group {group}: node {node} (providerID {provider_id:?}) does not belong to this group"
+        "node group {group}: node \"{}\" (providerID \"{}\") does not belong to this group",
+        echo(node),
+        echo(provider_id)
     )]
     NotInGroup {
         /// Group.

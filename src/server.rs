@@ -1,5 +1,9 @@
 //! Wiring: binds the gRPC and HTTP listeners, sets up mutual TLS (or explicit plaintext),
-//! builds the engine with its backends and runs until shutdown.
+//! builds the engine with its backends and runs until shutdown. `conn` accepts gRPC
+//! connections under timeouts and a limit, `tls` builds the mutual-TLS acceptor.
+
+mod conn;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -7,15 +11,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tower::util::MapResponseLayer;
 use tracing::{info, warn};
 
 use crate::cluster::ClusterView;
-use crate::config::{self, Loaded, Transport};
+use crate::config::{self, ConnectionSettings, Loaded, Transport};
 use crate::engine::{self, Engine};
-use crate::grpc::Service;
+use crate::grpc::{Service, status};
 use crate::http::Endpoints;
 use crate::metrics::Metrics;
 use crate::model::BackendSpec;
@@ -49,18 +53,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// TLS material was rejected (bad PEM, key not matching the certificate).
-    #[error("configuring TLS from {cert}, {key} and {ca}")]
+    /// A TLS file holds no usable PEM block of the kind its field needs.
+    #[error("{field} {}: {message}", path.display())]
+    TlsPem {
+        /// The setting naming the file, e.g. `server.tls.certFile`.
+        field: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// TLS material was rejected (a key not matching the certificate, an unusable CA).
+    #[error("{what}")]
     Tls {
-        /// Certificate file.
-        cert: String,
-        /// Key file.
-        key: String,
-        /// Client CA file.
-        ca: String,
+        /// The step and the files involved.
+        what: String,
         /// Cause.
         #[source]
-        source: tonic::transport::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The engine could not start.
     #[error("starting the engine")]
@@ -85,7 +95,8 @@ pub struct Server {
     metrics: Arc<Metrics>,
     grpc: TcpListener,
     http: TcpListener,
-    tls: Option<ServerTlsConfig>,
+    tls: Option<TlsAcceptor>,
+    connections: ConnectionSettings,
     ready: Arc<AtomicBool>,
     kwok: Option<Arc<KwokProvisioner>>,
     watch_shutdown: CancellationToken,
@@ -119,13 +130,7 @@ impl Server {
         let metrics = Arc::new(Metrics::new());
         let settings = loaded.provider.server.clone();
         let tls = match &settings.transport {
-            Transport::Tls(files) => {
-                let identity = Identity::from_pem(read(&files.cert_file)?, read(&files.key_file)?);
-                let ca = Certificate::from_pem(read(&files.client_ca_file)?);
-                // A client CA makes tonic require and verify client certificates; tonic also
-                // advertises ALPN h2, which grpc-go clients (CA 1.33+) insist on.
-                Some(ServerTlsConfig::new().identity(identity).client_ca_root(ca))
-            }
+            Transport::Tls(files) => Some(tls::acceptor(files)?),
             Transport::Plaintext { non_loopback } => {
                 if *non_loopback {
                     warn!(
@@ -286,6 +291,7 @@ impl Server {
             grpc,
             http,
             tls,
+            connections: settings.connections,
             ready: Arc::new(AtomicBool::new(false)),
             kwok,
             watch_shutdown,
@@ -312,7 +318,7 @@ impl Server {
     /// Serves until `shutdown` is cancelled.
     ///
     /// # Errors
-    /// [`Error::Tls`] for rejected TLS material, [`Error::Serve`] if the gRPC server fails.
+    /// [`Error::Serve`] if the gRPC server fails.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let grpc_addr = self.grpc_addr();
         let http_addr = self.http_addr();
@@ -320,6 +326,7 @@ impl Server {
             metrics: self.metrics.clone(),
             ready: self.ready.clone(),
             synced: self.synced.clone(),
+            header_timeout: self.connections.handshake_timeout,
         };
         let http_task = tokio::spawn(endpoints.serve(self.http, shutdown.clone()));
         let kwok_task = self.kwok.clone().map(|kwok| {
@@ -334,20 +341,26 @@ impl Server {
             let token = shutdown.clone();
             tokio::spawn(lifecycle.run(token))
         });
-        let mut builder = tonic::transport::Server::builder();
+        let limits = self.connections;
+        let mut builder = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(limits.keepalive_interval))
+            .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+            .layer(MapResponseLayer::new(
+                status::oversize_is_resource_exhausted::<tonic::body::Body>,
+            ));
         let tls = self.tls.is_some();
-        if let Some(config) = self.tls {
-            builder = builder.tls_config(config).map_err(|source| Error::Tls {
-                cert: "server.tls.certFile".to_owned(),
-                key: "server.tls.keyFile".to_owned(),
-                ca: "server.tls.clientCaFile".to_owned(),
-                source,
-            })?;
-        }
         let service = Service::new(self.engine.clone(), self.metrics.clone());
-        let incoming = TcpIncoming::from(self.grpc).with_nodelay(Some(true));
+        let incoming = conn::incoming(self.grpc, self.tls, limits, shutdown.clone());
         self.ready.store(true, Ordering::Release);
-        info!(grpc.address = ?grpc_addr, http.address = ?http_addr, tls, "gangscaler serving");
+        info!(
+            grpc.address = ?grpc_addr,
+            http.address = ?http_addr,
+            tls,
+            connections.max = limits.max,
+            connections.handshake_timeout_ms = limits.handshake_timeout.as_millis(),
+            connections.idle_timeout_ms = limits.idle_timeout.as_millis(),
+            "gangscaler serving"
+        );
         let token = shutdown.clone();
         let result = builder
             .add_service(service.into_server())

@@ -1,6 +1,14 @@
-//! Logging setup: an env filter and text or JSON output.
+//! Logging setup: an env filter and text or JSON output. In text output every field value is
+//! written with its control characters escaped (`\n`, `\r`, `\u{1b}`), as the JSON output
+//! escapes them, so a request-derived value holding a newline cannot forge a log line.
 
+use std::fmt::{self, Write};
+
+use tracing::field::Field;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format::{Writer, debug_fn};
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -27,11 +35,123 @@ pub fn init(
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder.fmt_fields(text_fields()).try_init(),
         LogFormat::Json => builder
             .json()
             .with_current_span(true)
             .with_span_list(false)
             .try_init(),
+    }
+}
+
+/// The field formatter of the text output: `message` bare, every other field as
+/// `name=value`, separated by spaces, with control characters in values escaped.
+pub fn text_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
+    debug_fn(text_field).delimited(" ")
+}
+
+fn text_field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> fmt::Result {
+    if field.name() != "message" {
+        write!(w, "{}=", field.name().trim_start_matches("r#"))?;
+    }
+    // `%` fields reach here as their Display text, unescaped; `?` fields are already escaped
+    // by Debug and pass unchanged.
+    write!(EscapeControls(w), "{value:?}")
+}
+
+/// Writes through to the inner writer with every control character escaped as Rust's `Debug`
+/// escapes it.
+struct EscapeControls<'a, W: Write>(&'a mut W);
+
+impl<W: Write> Write for EscapeControls<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let mut rest = s;
+        while let Some((at, c)) = rest.char_indices().find(|(_, c)| c.is_control()) {
+            self.0.write_str(&rest[..at])?;
+            for e in c.escape_debug() {
+                self.0.write_char(e)?;
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        self.0.write_str(rest)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::io;
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use super::*;
+
+    /// Collects everything a test subscriber writes.
+    #[derive(Clone, Default)]
+    pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Captured {
+        /// The text written so far.
+        pub(crate) fn text(&self) -> String {
+            let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    }
+
+    impl io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if let Ok(mut b) = self.0.lock() {
+                b.extend_from_slice(buf);
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Self;
+        fn make_writer(&'a self) -> Self {
+            self.clone()
+        }
+    }
+
+    /// A text-format subscriber as `init` builds it, writing into `out`, at every level.
+    pub(crate) fn text_subscriber(out: &Captured) -> impl tracing::Subscriber + Send + Sync {
+        tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::new("trace"))
+            .with_ansi(false)
+            .with_writer(out.clone())
+            .fmt_fields(text_fields())
+            .finish()
+    }
+
+    #[test]
+    fn text_output_escapes_newlines_in_display_and_debug_fields_and_spans() {
+        let out = Captured::default();
+        tracing::subscriber::with_default(text_subscriber(&out), || {
+            let name = "n1\nINFO gangscaler: forged line\r\u{1b}[2J";
+            let span = tracing::info_span!("rpc", node.name = %name);
+            let _entered = span.enter();
+            tracing::info!(node.name = %name, debug = ?name, count = 3, "node refused");
+        });
+        let text = out.text();
+        assert_eq!(text.lines().count(), 1, "one event, one line: {text:?}");
+        assert!(!text.contains('\r') && !text.contains('\u{1b}'), "{text:?}");
+        assert!(
+            text.contains(r"node.name=n1\nINFO gangscaler: forged line\r\u{1b}[2J"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"debug="n1\nINFO gangscaler: forged line\r\u{1b}[2J""#),
+            "Debug values are not escaped twice: {text}"
+        );
+        assert!(text.contains("node refused node.name="), "{text}");
+        assert!(text.trim_end().ends_with(" count=3"), "{text}");
+        assert!(
+            text.contains(r"rpc{node.name=n1\nINFO gangscaler: forged line"),
+            "span fields: {text}"
+        );
     }
 }

@@ -62,6 +62,7 @@ pub fn loaded(mut groups: Vec<NodeGroupSpec>) -> Loaded {
                 transport: Transport::Plaintext {
                     non_loopback: false,
                 },
+                connections: Default::default(),
             },
             gpu_label: labels::DEFAULT_GPU_LABEL.to_owned(),
             gpu_types: None,

@@ -594,7 +594,8 @@ async fn decrease_target_size_cancels_only_capacity_not_yet_created() {
         (UNKNOWN, -1, Code::NotFound),
         ("lazy", 0, Code::InvalidArgument),
         ("lazy", 1, Code::InvalidArgument),
-        ("lazy", i32::MIN, Code::InvalidArgument),
+        // i32::MIN is a (very) negative delta, refused because nothing is pending.
+        ("lazy", i32::MIN, Code::FailedPrecondition),
         // Nothing pending at all.
         ("lazy", -1, Code::FailedPrecondition),
     ];
@@ -609,6 +610,30 @@ async fn decrease_target_size_cancels_only_capacity_not_yet_created() {
 
     ok(increase(&mut c, "lazy", 3).await, "IncreaseSize(lazy, 3)");
     assert_eq!(target(&mut c, "lazy").await, 3);
+    // The most negative delta asks to cancel 2^31 units: refused for what it is, not as a
+    // "non-negative" delta.
+    let refused = expect_code(
+        decrease(&mut c, "lazy", i32::MIN).await,
+        Code::FailedPrecondition,
+        "DecreaseTargetSize(lazy, i32::MIN) with 3 pending",
+    );
+    let msg = refused.message();
+    assert!(
+        msg.contains("by 2147483648") && msg.contains("only 3"),
+        "{msg}"
+    );
+    assert!(!msg.contains("must be negative"), "{msg}");
+    assert_eq!(target(&mut c, "lazy").await, 3);
+    let zero = expect_code(
+        decrease(&mut c, "lazy", 0).await,
+        Code::InvalidArgument,
+        "DecreaseTargetSize(lazy, 0)",
+    );
+    assert!(
+        zero.message().contains("must be negative, got 0"),
+        "{}",
+        zero.message()
+    );
     ok(
         decrease(&mut c, "lazy", -2).await,
         "DecreaseTargetSize(lazy, -2)",
@@ -911,6 +936,193 @@ fn ts(seconds: i64, nanos: i32) -> Option<prost_types::Timestamp> {
 
 fn legacy_ts(seconds: i64, nanos: i32) -> Option<proto::LegacyTime> {
     Some(proto::LegacyTime { seconds, nanos })
+}
+
+/// At most this many bytes of status message, whatever the request carried.
+const MESSAGE_BOUND: usize = 1024;
+
+#[track_caller]
+fn bounded_and_escaped(status: &tonic::Status, full_len: usize, what: &str) {
+    let msg = status.message();
+    assert!(
+        msg.len() < MESSAGE_BOUND,
+        "{what}: a {}-byte message for a {full_len}-byte value",
+        msg.len()
+    );
+    assert!(
+        msg.contains(&format!("…({full_len} bytes)")),
+        "{what}: {msg}"
+    );
+    assert!(
+        !msg.contains('\n') && !msg.contains('\r'),
+        "{what}: {msg:?}"
+    );
+}
+
+#[tokio::test]
+async fn request_strings_are_echoed_cut_short_and_escaped() {
+    let server = start().await;
+    let mut c = server.client().await;
+    let huge = format!("line\nINFO forged\r{}", "g".repeat(1 << 20));
+
+    let s = expect_code(
+        target_size(&mut c, &huge).await,
+        Code::NotFound,
+        "TargetSize(1 MiB id)",
+    );
+    bounded_and_escaped(&s, huge.len(), "TargetSize");
+    assert!(
+        s.message()
+            .starts_with(r#"node group "line\nINFO forged\rggg"#),
+        "{}",
+        s.message()
+    );
+    for (what, result) in [
+        ("IncreaseSize", increase(&mut c, &huge, 1).await),
+        ("DecreaseTargetSize", decrease(&mut c, &huge, -1).await),
+        (
+            "DeleteNodes",
+            delete(&mut c, &huge, vec![node("p", "n")]).await,
+        ),
+    ] {
+        let s = expect_code(result, Code::NotFound, what);
+        bounded_and_escaped(&s, huge.len(), what);
+    }
+
+    // A node name and providerID from the request, in a delete refusal.
+    let s = expect_code(
+        delete(&mut c, "gpu", vec![node(&huge, &huge)]).await,
+        Code::InvalidArgument,
+        "DeleteNodes(gpu, unknown 1 MiB node)",
+    );
+    bounded_and_escaped(&s, huge.len(), "DeleteNodes node");
+    // ... and in an unmanaged-node refusal.
+    let s = expect_code(
+        c.pricing_node_price(proto::PricingNodePriceRequest {
+            node: Some(node(&huge, &huge)),
+            start_timestamp: ts(0, 0),
+            end_timestamp: ts(3600, 0),
+            ..Default::default()
+        })
+        .await,
+        Code::NotFound,
+        "PricingNodePrice(unmanaged 1 MiB node)",
+    );
+    bounded_and_escaped(&s, huge.len(), "PricingNodePrice");
+
+    // Short values are echoed whole.
+    let s = expect_code(
+        target_size(&mut c, "no-such-group").await,
+        Code::NotFound,
+        "TargetSize(no-such-group)",
+    );
+    assert_eq!(s.message(), r#"node group "no-such-group" not found"#);
+    server.stop().await;
+}
+
+/// A codec that sends raw bytes as the request message and decodes a
+/// `NodeGroupTargetSizeResponse`, to put undecodable bodies on the wire.
+#[derive(Clone, Default)]
+struct RawRequest;
+
+struct RawEncoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use prost::bytes::BufMut;
+        buf.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Codec for RawRequest {
+    type Encode = Vec<u8>;
+    type Decode = proto::NodeGroupTargetSizeResponse;
+    type Encoder = RawEncoder;
+    type Decoder = tonic_prost::ProstDecoder<proto::NodeGroupTargetSizeResponse>;
+
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::default()
+    }
+}
+
+async fn raw_target_size(server: &TestServer, body: Vec<u8>) -> Result<i32, tonic::Status> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc))
+        .expect("valid uri")
+        .connect()
+        .await
+        .expect("connecting");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("channel ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider/NodeGroupTargetSize",
+    );
+    grpc.unary(tonic::Request::new(body), path, RawRequest)
+        .await
+        .map(|r| r.into_inner().target_size)
+}
+
+#[tokio::test]
+async fn oversized_requests_are_resource_exhausted_and_undecodable_ones_internal() {
+    let server = start().await;
+    let mut c = server.client().await;
+
+    // 5 MiB, over tonic's 4 MiB request limit: RESOURCE_EXHAUSTED, as grpc-go answers it.
+    let s = expect_code(
+        target_size(&mut c, &"g".repeat(5 << 20)).await,
+        Code::ResourceExhausted,
+        "TargetSize(5 MiB id)",
+    );
+    assert!(
+        s.message().contains("4194304"),
+        "names the limit: {}",
+        s.message()
+    );
+    // Just under the limit is decoded and answered by the service.
+    expect_code(
+        target_size(&mut c, &"g".repeat(3 << 20)).await,
+        Code::NotFound,
+        "TargetSize(3 MiB id)",
+    );
+
+    // Field 1 (id) as a string that is not UTF-8: INTERNAL, the code gRPC specifies for a
+    // request that does not parse, with prost's message naming the field.
+    let s = expect_code(
+        raw_target_size(&server, vec![0x0a, 0x02, 0xff, 0xfe]).await,
+        Code::Internal,
+        "TargetSize(non-UTF-8 id)",
+    );
+    assert!(
+        s.message().contains("NodeGroupTargetSizeRequest.id"),
+        "{}",
+        s.message()
+    );
+    // A length running past the end of the message.
+    expect_code(
+        raw_target_size(&server, vec![0x0a, 0x7f, b'g']).await,
+        Code::Internal,
+        "TargetSize(truncated)",
+    );
+    // The raw path itself is sound: a well-formed body is answered.
+    let ok_body = proto::NodeGroupTargetSizeRequest { id: "gpu".into() };
+    let target = raw_target_size(&server, prost::Message::encode_to_vec(&ok_body))
+        .await
+        .expect("well-formed raw request");
+    assert_eq!(target, 0);
+    // The server keeps serving.
+    assert_eq!(common::target(&mut c, "gpu").await, 0);
+    server.stop().await;
 }
 
 #[tokio::test]

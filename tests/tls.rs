@@ -283,11 +283,13 @@ fn pem_certs(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
         .expect("PEM certificates")
 }
 
-#[tokio::test]
-async fn server_negotiates_alpn_h2_with_a_raw_rustls_client() {
-    let pki = pki();
-    let server = start(&pki).await;
-
+/// A mutual-TLS session with `server` over a raw rustls client presenting the trusted client
+/// certificate and offering ALPN `h2`, as CA's grpc-go client does; nothing is sent after the
+/// handshake.
+async fn raw_tls(
+    server: &TestServer,
+    pki: &Pki,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     // Read the files the server was configured with, as CA's client would.
     let tls_dir = server.dir.path().join("tls");
     let ca_pem = std::fs::read_to_string(tls_dir.join("ca.crt")).expect("ca.crt");
@@ -315,10 +317,18 @@ async fn server_negotiates_alpn_h2_with_a_raw_rustls_client() {
         let name = ServerName::try_from("localhost").expect("server name");
         connector.connect(name, tcp).await
     };
-    let stream = tokio::time::timeout(DEADLINE, handshake)
+    tokio::time::timeout(DEADLINE, handshake)
         .await
         .expect("handshake within the deadline")
-        .expect("mutual TLS handshake succeeds");
+        .expect("mutual TLS handshake succeeds")
+}
+
+#[tokio::test]
+async fn server_negotiates_alpn_h2_with_a_raw_rustls_client() {
+    let pki = pki();
+    let server = start(&pki).await;
+
+    let stream = raw_tls(&server, &pki).await;
     assert_eq!(
         stream.get_ref().1.alpn_protocol(),
         Some(&b"h2"[..]),
@@ -411,5 +421,227 @@ fn transport_settings_are_validated_with_field_paths() {
     assert_eq!(
         loaded.provider.server.transport,
         Transport::Plaintext { non_loopback: true }
+    );
+}
+
+/// TLS_SERVER with `server.connections` set to `connections` (YAML flow mapping).
+fn tls_server_with(connections: &str) -> String {
+    TLS_SERVER.replace(
+        "nodeGroupsDir:",
+        &format!("  connections: {connections}\nnodeGroupsDir:"),
+    )
+}
+
+async fn start_with(pki: &Pki, provider: &str) -> TestServer {
+    install_crypto_provider();
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_config(dir.path(), pki, provider);
+    TestServer::start_in(dir).await
+}
+
+/// Reads until the server closes the connection: `Ok` on EOF or reset, `Err` if it is still
+/// open after `DEADLINE`.
+async fn closed_by_server(stream: &mut tokio::net::TcpStream) -> Result<(), String> {
+    use tokio::io::AsyncReadExt;
+    let read_all = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) => return Ok(()),
+                // Whatever the server sent first (its TLS alert or HTTP/2 settings) is read on.
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
+                Err(e) => return Err(format!("read failed: {e}")),
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, read_all)
+        .await
+        .map_err(|_| format!("still open after {DEADLINE:?}"))?
+}
+
+/// The first bytes of a TLS ClientHello record: a record header announcing 512 bytes and the
+/// start of the handshake message, then nothing more.
+const HALF_CLIENT_HELLO: &[u8] = &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03];
+
+#[tokio::test]
+async fn silent_and_half_finished_connections_are_closed_after_the_handshake_timeout() {
+    let pki = pki();
+    let server = start_with(&pki, &tls_server_with("{handshakeTimeout: 1s}")).await;
+
+    // A TCP connection that never says anything.
+    let mut silent = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    closed_by_server(&mut silent)
+        .await
+        .expect("silent TCP connection is closed");
+
+    // Half a TLS ClientHello.
+    let mut half = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        half.write_all(HALF_CLIENT_HELLO).await.unwrap();
+    }
+    closed_by_server(&mut half)
+        .await
+        .expect("half TLS handshake is dropped");
+
+    // A finished mutual-TLS handshake that never speaks HTTP/2.
+    let mut session = raw_tls(&server, &pki).await;
+    let read_all = async {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        loop {
+            match session.read(&mut buf).await {
+                // The server's HTTP/2 settings frame may come first; then the end.
+                Ok(n) if n > 0 => {}
+                Ok(_) => return,
+                // The server closes the TCP connection without a TLS close_notify.
+                Err(_) => return,
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, read_all)
+        .await
+        .expect("a TLS session without an HTTP/2 request is closed");
+
+    // A real client is still served at once.
+    let ids = node_groups(&server, &pki.ca, Some(&pki.client))
+        .await
+        .expect("trusted client is served");
+    assert_eq!(ids, vec!["gpu".to_owned()]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn connections_beyond_the_limit_are_closed_and_a_client_is_served_once_they_go_away() {
+    let pki = pki();
+    // A long handshake timeout: only the limit can close the third connection promptly.
+    let server = start_with(&pki, &tls_server_with("{max: 2, handshakeTimeout: 5m}")).await;
+
+    let first = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    let second = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    closed_by_server(&mut third)
+        .await
+        .expect("the connection past the limit is closed");
+    // While both silent connections hold their slots, a real client is refused as well.
+    assert!(
+        node_groups(&server, &pki.ca, Some(&pki.client))
+            .await
+            .is_err(),
+        "served past the connection limit"
+    );
+
+    drop(first);
+    drop(second);
+    // The server notices the closes on its own time: retry until served.
+    let served = async {
+        loop {
+            match node_groups(&server, &pki.ca, Some(&pki.client)).await {
+                Ok(ids) => return ids,
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
+    };
+    let ids = tokio::time::timeout(DEADLINE, served)
+        .await
+        .expect("served once the silent connections are gone");
+    assert_eq!(ids, vec!["gpu".to_owned()]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_silent_plaintext_connection_is_closed_after_the_handshake_timeout() {
+    let server = common::TestServer::start(&[
+        (
+            "provider.yaml",
+            "server:\n  address: \"127.0.0.1:0\"\n  metricsAddress: \"127.0.0.1:0\"\n  plaintext: true\n  connections: {handshakeTimeout: 200ms}\nnodeGroupsDir: nodegroups\n",
+        ),
+        ("nodegroups/gpu.yaml", GROUP),
+    ])
+    .await;
+    let mut silent = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    closed_by_server(&mut silent)
+        .await
+        .expect("silent plaintext connection is closed");
+    // The metrics endpoint closes a silent connection on the same timeout.
+    let mut silent = tokio::net::TcpStream::connect(server.http).await.unwrap();
+    closed_by_server(&mut silent)
+        .await
+        .expect("silent metrics connection is closed");
+    // A connection that speaks HTTP/2 in time is served.
+    let mut c = server.client().await;
+    let groups = common::node_groups(&mut c).await;
+    assert!(groups.contains_key("gpu"), "{groups:?}");
+    server.stop().await;
+}
+
+#[test]
+fn connection_settings_are_validated_with_field_paths() {
+    let pki = pki();
+    let base = "  address: \"127.0.0.1:0\"\n  metricsAddress: \"127.0.0.1:0\"\n  plaintext: true\n";
+    let refused = [
+        (
+            "no connections at all",
+            "{max: 0}",
+            "server.connections.max",
+        ),
+        (
+            "zero handshake timeout",
+            "{handshakeTimeout: 0s}",
+            "server.connections.handshakeTimeout",
+        ),
+        (
+            "not a duration",
+            "{keepaliveInterval: soon}",
+            "server.connections.keepaliveInterval",
+        ),
+        (
+            "idle shorter than a keepalive round",
+            "{idleTimeout: 40s, keepaliveInterval: 30s, keepaliveTimeout: 20s}",
+            "server.connections.idleTimeout",
+        ),
+        (
+            "unknown key",
+            "{maxConnections: 3}",
+            "server.connections.maxConnections",
+        ),
+    ];
+    for (what, connections, field) in refused {
+        let (_dir, result) = load(&pki, &format!("{base}  connections: {connections}\n"));
+        let fields = invalid_fields(result);
+        assert!(
+            fields.iter().any(|f| f == field),
+            "{what}: no error on {field}; errors on {fields:?}"
+        );
+    }
+
+    let (_dir, result) = load(&pki, base);
+    let defaults = result
+        .expect("no connections section")
+        .provider
+        .server
+        .connections;
+    assert_eq!(defaults, config::ConnectionSettings::default());
+    let (_dir, result) = load(
+        &pki,
+        &format!(
+            "{base}  connections: {{max: 3, handshakeTimeout: 2s, idleTimeout: 10m, keepaliveInterval: 1m, keepaliveTimeout: 5s}}\n"
+        ),
+    );
+    let set = result
+        .expect("valid connections section")
+        .provider
+        .server
+        .connections;
+    assert_eq!(
+        set,
+        config::ConnectionSettings {
+            max: 3,
+            handshake_timeout: std::time::Duration::from_secs(2),
+            idle_timeout: std::time::Duration::from_secs(600),
+            keepalive_interval: std::time::Duration::from_secs(60),
+            keepalive_timeout: std::time::Duration::from_secs(5),
+        }
     );
 }

@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use super::walk::{Errors, Obj};
 use super::{
-    KubernetesSettings, LifecycleSettings, ProviderSettings, ServerSettings, TlsFiles, Transport,
+    ConnectionSettings, KubernetesSettings, LifecycleSettings, ProviderSettings, ServerSettings,
+    TlsFiles, Transport,
 };
 use crate::model::{
     AttachSimulation, AutoscalingOptionOverrides, BackendSpec, Capacity, ErrorCode, GpuSpec,
@@ -60,7 +61,8 @@ pub fn provider(
     let mut root = Obj::root_or_empty(doc, errs);
     // A missing server section is validated as an empty one, so its requirements are named.
     let server = root.obj_or_empty("server", errs);
-    let server = server_settings(server, dir, errs);
+    let written = doc.get("server").and_then(|s| s.get("connections"));
+    let server = server_settings(server, written, dir, errs);
     let mut gpu_label = labels::DEFAULT_GPU_LABEL.to_owned();
     let mut gpu_types = None;
     if let Some(mut gpu) = root.obj("gpu", errs) {
@@ -308,8 +310,15 @@ fn kubernetes_settings(mut k: Obj<'_>, dir: &Path, errs: &mut Errors) -> Kuberne
     }
 }
 
-fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<ServerSettings> {
+/// `connections` is the `server.connections` section as written, for the values in errors.
+fn server_settings(
+    mut s: Obj<'_>,
+    connections: Option<&Value>,
+    dir: &Path,
+    errs: &mut Errors,
+) -> Option<ServerSettings> {
     let address = socket_addr(&mut s, "address", DEFAULT_ADDRESS, errs);
+    let connections = connection_settings(s.obj_or_empty("connections", errs), connections, errs);
     let metrics_address = socket_addr(&mut s, "metricsAddress", DEFAULT_METRICS_ADDRESS, errs);
     let plaintext = s.bool("plaintext", errs).unwrap_or(false);
     let force = s.bool("allowNonLoopbackPlaintext", errs).unwrap_or(false);
@@ -380,7 +389,98 @@ fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<Serv
         address,
         metrics_address: metrics_address?,
         transport,
+        connections,
     })
+}
+
+/// Bounds of `server.connections.handshakeTimeout`.
+const HANDSHAKE_TIMEOUT: (Duration, Duration, &str) = (
+    Duration::from_millis(10),
+    Duration::from_secs(5 * 60),
+    "from 10ms to 5m",
+);
+/// Bounds of `server.connections.keepaliveInterval` and `.keepaliveTimeout`.
+const KEEPALIVE: (Duration, Duration, &str) = (
+    Duration::from_secs(1),
+    Duration::from_secs(60 * 60),
+    "from 1s to 1h",
+);
+/// Bounds of `server.connections.idleTimeout` (it must also exceed a keepalive round).
+const IDLE_TIMEOUT: (Duration, Duration, &str) = (
+    Duration::from_secs(1),
+    Duration::from_secs(24 * 60 * 60),
+    "from 1s to 24h",
+);
+/// Bounds of `server.connections.max`.
+const MAX_CONNECTIONS: i64 = 65_536;
+
+/// The `server.connections` section; `written` is the section as written, for the values in
+/// errors. Absent keys, and keys with an invalid value (reported), take the defaults.
+fn connection_settings(
+    mut c: Obj<'_>,
+    written: Option<&Value>,
+    errs: &mut Errors,
+) -> ConnectionSettings {
+    let defaults = ConnectionSettings::default();
+    let mut bounded = |key: &'static str,
+                       default: Duration,
+                       (min, max, bounds): (Duration, Duration, &str),
+                       errs: &mut Errors| {
+        match c.duration(key, errs) {
+            Some(d) if d >= min && d <= max => d,
+            Some(_) => {
+                errs.push(
+                    &c.path(key),
+                    written.and_then(|w| w.get(key)),
+                    format!("must be a duration {bounds}"),
+                );
+                default
+            }
+            None => default,
+        }
+    };
+    let handshake_timeout = bounded(
+        "handshakeTimeout",
+        defaults.handshake_timeout,
+        HANDSHAKE_TIMEOUT,
+        errs,
+    );
+    let keepalive_interval = bounded(
+        "keepaliveInterval",
+        defaults.keepalive_interval,
+        KEEPALIVE,
+        errs,
+    );
+    let keepalive_timeout = bounded(
+        "keepaliveTimeout",
+        defaults.keepalive_timeout,
+        KEEPALIVE,
+        errs,
+    );
+    let idle_timeout = bounded("idleTimeout", defaults.idle_timeout, IDLE_TIMEOUT, errs);
+    let max = c
+        .int("max", 1, MAX_CONNECTIONS, errs)
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(defaults.max);
+    let round = keepalive_interval + keepalive_timeout;
+    if idle_timeout <= round {
+        errs.push(
+            &c.path("idleTimeout"),
+            written.and_then(|w| w.get("idleTimeout")),
+            format!(
+                "must be longer than keepaliveInterval + keepaliveTimeout ({}), or live but quiet clients are cut off",
+                humantime::format_duration(round)
+            ),
+        );
+    }
+    c.finish(errs);
+    ConnectionSettings {
+        max,
+        handshake_timeout,
+        idle_timeout,
+        keepalive_interval,
+        keepalive_timeout,
+    }
 }
 
 fn socket_addr(

@@ -11,6 +11,7 @@ use tracing::{Instrument, debug, error, info, info_span};
 use super::{convert, status};
 use crate::engine::{self, Engine};
 use crate::metrics::Metrics;
+use crate::model::echo;
 use crate::proto;
 use crate::proto::cloud_provider_server::CloudProvider;
 
@@ -44,7 +45,7 @@ impl Service {
         let span = info_span!(
             "rpc",
             rpc,
-            node_group.id = group,
+            node_group.id = %echo(group),
             outcome = tracing::field::Empty,
             duration_us = tracing::field::Empty
         );
@@ -282,5 +283,59 @@ impl CloudProvider for Service {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provision::memory::MemoryProvisioner;
+    use crate::telemetry::tests::{Captured, text_subscriber};
+    use crate::testing;
+
+    async fn service() -> Service {
+        let metrics = Arc::new(Metrics::new());
+        let engine = Engine::new(
+            testing::loaded(vec![testing::group("gpu", 0, 4)]),
+            None,
+            vec![Arc::new(MemoryProvisioner::new())],
+            metrics.clone(),
+        )
+        .await
+        .expect("engine over one memory group");
+        Service::new(Arc::new(engine), metrics)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_huge_id_with_a_newline_is_cut_and_escaped_in_the_status_and_the_log() {
+        let out = Captured::default();
+        let _guard = tracing::subscriber::set_default(text_subscriber(&out));
+        let svc = service().await;
+        let id = format!("x\nINFO gangscaler: forged{}", "y".repeat(1 << 20));
+        let status = svc
+            .node_group_target_size(Request::new(proto::NodeGroupTargetSizeRequest {
+                id: id.clone(),
+            }))
+            .await
+            .expect_err("unknown group");
+        assert_eq!(status.code(), Code::NotFound);
+        let msg = status.message();
+        assert!(msg.len() < 512, "{} bytes echoed", msg.len());
+        assert!(
+            msg.starts_with(r#"node group "x\nINFO gangscaler: forgedyyy"#),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("…({} bytes)", id.len())), "{msg}");
+        assert!(!msg.contains('\n'), "{msg:?}");
+
+        let log = out.text();
+        assert!(log.contains("rpc refused"), "{log}");
+        for line in log.lines() {
+            assert!(line.len() < 2048, "a {}-byte log line", line.len());
+            assert!(
+                !line.starts_with("INFO gangscaler: forged"),
+                "forged: {line}"
+            );
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The one mapping from engine errors to gRPC status codes. Messages carry `Display`, which
 //! names the group and the numbers involved.
 
+use tonic::codegen::http;
 use tonic::{Code, Status};
 
 use crate::engine::Error;
@@ -38,6 +39,33 @@ pub fn code(e: &Error) -> Code {
 pub fn from_engine(e: &Error) -> Status {
     Status::new(code(e), e.to_string())
 }
+
+/// tonic refuses a request message over the size limit (4 MiB) with `OUT_OF_RANGE`, before any
+/// handler runs; gRPC's convention, which grpc-go (and so CA) follows, is `RESOURCE_EXHAUSTED`.
+/// No handler of this service answers `OUT_OF_RANGE` (see [`code`]), so every trailers-only
+/// `OUT_OF_RANGE` response is that size check: this rewrites it, message kept. A tower
+/// response map rather than a codec because the check runs in tonic's framing, before the
+/// codec sees the message. Undecodable messages keep tonic's `INTERNAL`, which is the code
+/// gRPC specifies for "error parsing request protocol buffer" (grpc-go answers it too).
+pub fn oversize_is_resource_exhausted<B>(mut response: http::Response<B>) -> http::Response<B> {
+    let headers = response.headers_mut();
+    let out_of_range = headers
+        .get(GRPC_STATUS)
+        .is_some_and(|v| v.as_bytes() == OUT_OF_RANGE);
+    if out_of_range {
+        headers.insert(
+            GRPC_STATUS,
+            http::HeaderValue::from_static(RESOURCE_EXHAUSTED),
+        );
+    }
+    response
+}
+
+const GRPC_STATUS: &str = "grpc-status";
+/// `Code::OutOfRange` on the wire.
+const OUT_OF_RANGE: &[u8] = b"11";
+/// `Code::ResourceExhausted` on the wire.
+const RESOURCE_EXHAUSTED: &str = "8";
 
 /// A bounded metric label for a code.
 pub fn code_name(code: Code) -> &'static str {
@@ -117,6 +145,42 @@ mod tests {
         ];
         for (err, want) in cases {
             assert_eq!(from_engine(&err).code(), want, "{err}");
+        }
+    }
+
+    #[test]
+    fn only_out_of_range_responses_become_resource_exhausted() {
+        let response = |status: Status| {
+            let (parts, ()) = status.into_http::<()>().into_parts();
+            http::Response::from_parts(parts, ())
+        };
+        let code_of = |r: &http::Response<()>| {
+            r.headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<i32>().ok())
+                .map(Code::from_i32)
+        };
+        let big = oversize_is_resource_exhausted(response(Status::out_of_range(
+            "Error, decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes",
+        )));
+        assert_eq!(code_of(&big), Some(Code::ResourceExhausted));
+        assert!(
+            big.headers()
+                .get("grpc-message")
+                .is_some_and(|m| !m.is_empty()),
+            "message kept"
+        );
+        for kept in [
+            Status::internal("failed to decode Protobuf message"),
+            Status::not_found("x"),
+            Status::failed_precondition("y"),
+        ] {
+            let code = kept.code();
+            assert_eq!(
+                code_of(&oversize_is_resource_exhausted(response(kept))),
+                Some(code)
+            );
         }
     }
 

@@ -794,7 +794,13 @@ impl Provisioner for KwokProvisioner {
     }
 
     async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
-        let dues: Vec<u64> = spec(group).due_times(now_ms(), delta).collect();
+        // A delta past the maximum is refused below whatever the target; computing its due
+        // times first would allocate one entry per requested node (up to 2^31).
+        let dues: Vec<u64> = if delta <= group.max_size {
+            spec(group).due_times(now_ms(), delta).collect()
+        } else {
+            Vec::new()
+        };
         let (record, ()) = self
             .update(group, |r| {
                 let new = r.target.saturating_add(delta);
@@ -1003,6 +1009,18 @@ mod tests {
         let minimal: GroupRecord = serde_json::from_str(r#"{"target":2}"#).unwrap();
         assert_eq!(minimal.target, 2);
         assert!(minimal.pending.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_increase_far_past_max_fails_without_a_due_time_per_requested_node() {
+        // Nothing listens on port 1: every API call fails at once.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let p = KwokProvisioner::new(client, KubernetesSettings::default(), "gpu");
+        let g = crate::testing::group("g", 0, 4);
+        // u32::MAX due times would be 32 GiB, computed before the bound was checked.
+        let err = p.increase(&g, u32::MAX).await.unwrap_err();
+        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     }
 
     #[test]
