@@ -45,7 +45,7 @@ pub(crate) use gangs::{gang_name, link};
 pub use node::is_node_ready;
 pub use objects::{GangObject, ObjectSet};
 pub use pod::{CompactPod, PodKey, PodLink};
-pub use problem::{Issue, ObjectRef, Problem};
+pub use problem::{ClaimCause, Issue, ObjectRef, Problem};
 pub use unseen::{Unseen, unseen};
 pub use watch::{ClusterView, PodStore, PodWriter, WatchError};
 

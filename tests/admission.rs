@@ -137,6 +137,31 @@ async fn csi_limits_round_a_gang_up_to_one_member_per_node() {
 }
 
 #[tokio::test]
+async fn a_gang_whose_storage_class_is_missing_is_held_not_sized_as_if_it_had_no_volumes() {
+    // The same gang as above, but its claims name a StorageClass that does not exist (a typo,
+    // or not created yet): the attach count is unknown. Counted toward no driver, the 8
+    // members would pack onto 1 node where 8 are needed.
+    let objects = gang("ckpt", 8, 8, 1, 3, 0, "2026-11-29T10:00:00Z");
+    let e = engine(h100(16), Policy::Strict, &objects).await;
+    let err = e.increase_size("h100", 1).await.unwrap_err();
+    assert_eq!(status::code(&err), tonic::Code::FailedPrecondition, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("ml/ckpt held") && msg.contains("ckpt-0-0") && msg.contains("CSI driver"),
+        "{msg}"
+    );
+    assert_eq!(e.target_size("h100").await.unwrap(), 0, "no node added");
+
+    // roundUp does not reject, but does not size the gang either: CA's delta as asked.
+    let e = engine(h100(16), Policy::RoundUp, &objects).await;
+    assert_eq!(e.increase_size("h100", 1).await.unwrap(), 1);
+
+    // Once the class exists, the gang is sized with its volumes: 8 nodes.
+    let e = engine(h100(16), Policy::Strict, &format!("{STORAGE_CLASS}---\n{objects}")).await;
+    assert_eq!(e.increase_size("h100", 1).await.unwrap(), 8);
+}
+
+#[tokio::test]
 async fn the_higher_priority_gang_is_admitted_whole_and_the_other_when_room_remains() {
     let objects = format!(
         "{}---\n{}",
