@@ -47,7 +47,7 @@ pub use objects::{GangObject, ObjectSet};
 pub use pod::{CompactPod, PodKey, PodLink};
 pub use problem::{ClaimCause, Issue, ObjectRef, Problem};
 pub use unseen::{Unseen, unseen};
-pub use watch::{ClusterView, PodStore, PodWriter, WatchError};
+pub use watch::{ClusterView, PodStore, PodWriter, Stale, WatchError};
 
 /// Where in the input an object came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
