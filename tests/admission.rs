@@ -157,7 +157,12 @@ async fn a_gang_whose_storage_class_is_missing_is_held_not_sized_as_if_it_had_no
     assert_eq!(e.increase_size("h100", 1).await.unwrap(), 1);
 
     // Once the class exists, the gang is sized with its volumes: 8 nodes.
-    let e = engine(h100(16), Policy::Strict, &format!("{STORAGE_CLASS}---\n{objects}")).await;
+    let e = engine(
+        h100(16),
+        Policy::Strict,
+        &format!("{STORAGE_CLASS}---\n{objects}"),
+    )
+    .await;
     assert_eq!(e.increase_size("h100", 1).await.unwrap(), 8);
 }
 
@@ -251,7 +256,10 @@ async fn a_stale_cluster_view_answers_unavailable_and_records_no_decision() {
     assert_eq!(status::code(&err), tonic::Code::Unavailable);
     let msg = err.to_string();
     assert!(
-        msg.contains("h100") && msg.contains("stale") && msg.contains("Node, Pod") && msg.contains("42s"),
+        msg.contains("h100")
+            && msg.contains("stale")
+            && msg.contains("Node, Pod")
+            && msg.contains("42s"),
         "{msg}"
     );
     assert_eq!(e.target_size("h100").await.unwrap(), 0);

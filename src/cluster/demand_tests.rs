@@ -247,7 +247,10 @@ fn default_class_migrated_in_tree_and_driverless_claims_count_as_the_scheduler_w
         volumes_of("mixed"),
         counts(&[("disk.csi.example.com", 1), ("ebs.csi.aws.com", 4)])
     );
-    assert_eq!(demand_of(VOLUMES, "mixed").unresolved_claims, ["not-created-yet"]);
+    assert_eq!(
+        demand_of(VOLUMES, "mixed").unresolved_claims,
+        ["not-created-yet"]
+    );
     let objects = ObjectSet::from_yaml_documents(VOLUMES).unwrap();
     let view = gangs(&objects, 0);
     let issues: Vec<String> = view
@@ -258,8 +261,10 @@ fn default_class_migrated_in_tree_and_driverless_claims_count_as_the_scheduler_w
         .collect();
     assert_eq!(
         issues,
-        ["Pod ml/mixed (v1): persistentvolumeclaim \"not-created-yet\" not found: its CSI \
-          driver is unknown, so no node group is planned to host the pod until it resolves"]
+        [
+            "Pod ml/mixed (v1): persistentvolumeclaim \"not-created-yet\" not found: its CSI \
+          driver is unknown, so no node group is planned to host the pod until it resolves"
+        ]
     );
 }
 
@@ -301,9 +306,12 @@ fn claims_whose_driver_cannot_be_resolved_are_listed_and_reported_once_each() {
         .collect();
     let class = |c: &str| ClaimCause::ClassNotFound { class: c.into() };
     let mut want = vec![
-        ("bound-to-missing".to_owned(), ClaimCause::VolumeNotFound {
-            volume: "pvc-not-listed-yet".into(),
-        }),
+        (
+            "bound-to-missing".to_owned(),
+            ClaimCause::VolumeNotFound {
+                volume: "pvc-not-listed-yet".into(),
+            },
+        ),
         ("never-created".to_owned(), ClaimCause::ClaimNotFound),
         ("static-unbound".to_owned(), ClaimCause::NoClassUnbound),
         ("typo-class".to_owned(), class("ebs-gp3-fast")),

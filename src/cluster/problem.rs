@@ -138,7 +138,10 @@ impl fmt::Display for ClaimCause {
         match self {
             Self::ClaimNotFound => f.write_str("not found"),
             Self::VolumeNotFound { volume } => {
-                write!(f, "bound to persistentvolume {volume:?}, which is not found")
+                write!(
+                    f,
+                    "bound to persistentvolume {volume:?}, which is not found"
+                )
             }
             Self::ClassNotFound { class } => write!(f, "storageclass {class:?} not found"),
             Self::NoDefaultClass => f.write_str("names no storageclass and none is the default"),

@@ -534,7 +534,13 @@ impl ClusterView {
                 h,
                 shutdown,
             ),
-            pvs: typed_store(&client, "PersistentVolume", drop_managed_fields, h, shutdown),
+            pvs: typed_store(
+                &client,
+                "PersistentVolume",
+                drop_managed_fields,
+                h,
+                shutdown,
+            ),
             classes: typed_store(&client, "StorageClass", drop_managed_fields, h, shutdown),
             drivers: typed_store(&client, "CSIDriver", drop_managed_fields, h, shutdown),
             nodes: typed_store(&client, "Node", slim_node, h, shutdown),
@@ -654,9 +660,16 @@ mod tests {
         assert!(h.failed("Node"));
         let stale = h.stale().unwrap();
         assert_eq!(stale.kinds, ["Node", "Pod"]);
-        assert!(stale.to_string().starts_with("watches of Node, Pod failing for "));
+        assert!(
+            stale
+                .to_string()
+                .starts_with("watches of Node, Pod failing for ")
+        );
         assert!(h.listed("Pod"));
-        assert!(!h.listed("Pod"), "a healthy kind listing again changes nothing");
+        assert!(
+            !h.listed("Pod"),
+            "a healthy kind listing again changes nothing"
+        );
         assert_eq!(h.stale().unwrap().kinds, ["Node"]);
         assert!(h.listed("Node"));
         assert_eq!(h.stale(), None);

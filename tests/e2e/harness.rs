@@ -515,7 +515,10 @@ impl Cluster {
     /// Starts kube-apiserver again on the same port and etcd, and waits until it answers.
     pub async fn restart_apiserver(&mut self) {
         assert!(
-            !self.procs.iter().any(|p| p.name.starts_with("kube-apiserver")),
+            !self
+                .procs
+                .iter()
+                .any(|p| p.name.starts_with("kube-apiserver")),
             "kube-apiserver is already running"
         );
         self.spawn_apiserver();

@@ -111,13 +111,22 @@ async fn wait_unschedulable(pods: &Api<Pod>, gang: &str, members: usize) {
             let n = list
                 .items
                 .iter()
-                .filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)))
                 .filter(|p| {
-                    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                        c.iter().any(|c| {
-                            c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable")
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with(&prefix))
+                })
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| {
+                            c.iter().any(|c| {
+                                c.type_ == "PodScheduled"
+                                    && c.reason.as_deref() == Some("Unschedulable")
+                            })
                         })
-                    })
                 })
                 .count();
             (n == members).then_some(())
@@ -161,17 +170,28 @@ async fn gangscaler_alone_serves_from_its_last_view_through_an_api_server_outage
         .await
         .unwrap();
     drop(after_increase);
-    assert_eq!(target(&mut c).await.unwrap(), 2, "rounded up to the whole gang");
+    assert_eq!(
+        target(&mut c).await.unwrap(),
+        2,
+        "rounded up to the whole gang"
+    );
     let ids_before = instance_ids(&mut c).await.unwrap();
-    let records_before = read_files(std::slice::from_ref(&audit)).unwrap().records.len();
+    let records_before = read_files(std::slice::from_ref(&audit))
+        .unwrap()
+        .records
+        .len();
     assert!(records_before >= 1, "the admission decision is recorded");
 
     // Outage.
     let outage = Instant::now();
     cluster.stop_apiserver();
-    eventually("the cluster view stale", Duration::from_secs(60), || async move {
-        (metric(http, "gangscaler_cluster_view_stale").await == Some(1.0)).then_some(())
-    })
+    eventually(
+        "the cluster view stale",
+        Duration::from_secs(60),
+        || async move {
+            (metric(http, "gangscaler_cluster_view_stale").await == Some(1.0)).then_some(())
+        },
+    )
     .await;
     server.assert_running();
 
@@ -183,7 +203,11 @@ async fn gangscaler_alone_serves_from_its_last_view_through_an_api_server_outage
         .into_inner()
         .node_groups;
     assert_eq!(groups.len(), 1);
-    assert_eq!(target(&mut c).await.unwrap(), 2, "target size from the last read");
+    assert_eq!(
+        target(&mut c).await.unwrap(),
+        2,
+        "target size from the last read"
+    );
     assert_eq!(instance_ids(&mut c).await.unwrap(), ids_before);
     c.node_group_template_node_info(NodeGroupTemplateNodeInfoRequest { id: "gpu".into() })
         .await
@@ -215,17 +239,18 @@ async fn gangscaler_alone_serves_from_its_last_view_through_an_api_server_outage
         &during.records[records_before..]
     );
     server.assert_running();
-    eprintln!(
-        "API server down for {:.1}s",
-        outage.elapsed().as_secs_f64()
-    );
+    eprintln!("API server down for {:.1}s", outage.elapsed().as_secs_f64());
 
     // The API server returns; every watch lists again and the loop resumes.
     cluster.restart_apiserver().await;
     let back = Instant::now();
-    eventually("the cluster view current", Duration::from_secs(90), || async move {
-        (metric(http, "gangscaler_cluster_view_stale").await == Some(0.0)).then_some(())
-    })
+    eventually(
+        "the cluster view current",
+        Duration::from_secs(90),
+        || async move {
+            (metric(http, "gangscaler_cluster_view_stale").await == Some(0.0)).then_some(())
+        },
+    )
     .await;
     eprintln!(
         "view current {:.1}s after the API server returned",
@@ -238,25 +263,31 @@ async fn gangscaler_alone_serves_from_its_last_view_through_an_api_server_outage
         async move { (running(&pods, "before").await == 2).then_some(()) }
     })
     .await;
-    let outcome = eventually("the outcome of before's scale-up", Duration::from_secs(120), || {
-        let audit = audit.clone();
-        async move {
-            let reading = read_files(std::slice::from_ref(&audit)).ok()?;
-            let outcomes: Vec<_> = reading
-                .records
-                .iter()
-                .filter_map(|r| match &r.event {
-                    Event::Outcome(o)
-                        if o.gang.as_ref().is_some_and(|g| g.name.starts_with("before")) =>
-                    {
-                        Some(o.clone())
-                    }
-                    _ => None,
-                })
-                .collect();
-            (!outcomes.is_empty()).then_some(outcomes)
-        }
-    })
+    let outcome = eventually(
+        "the outcome of before's scale-up",
+        Duration::from_secs(120),
+        || {
+            let audit = audit.clone();
+            async move {
+                let reading = read_files(std::slice::from_ref(&audit)).ok()?;
+                let outcomes: Vec<_> = reading
+                    .records
+                    .iter()
+                    .filter_map(|r| match &r.event {
+                        Event::Outcome(o)
+                            if o.gang
+                                .as_ref()
+                                .is_some_and(|g| g.name.starts_with("before")) =>
+                        {
+                            Some(o.clone())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                (!outcomes.is_empty()).then_some(outcomes)
+            }
+        },
+    )
     .await;
     assert_eq!(outcome.len(), 1, "{outcome:?}");
     assert_eq!(outcome[0].outcome, Outcome::Succeeded, "{outcome:?}");

@@ -332,18 +332,28 @@ fn a_gang_with_an_unresolved_claim_is_held_and_never_sized_from_a_partial_count(
         .members(8, |p| p.gpus(1).gpu_tolerant().unresolved("ckpt-data"))
         .build();
     let d = case(16, 0, 1, vec![unresolved.clone()]).decide();
-    assert_eq!((d.verdict, d.rule, d.applied_delta), (Verdict::Reject, Rule::NoGangFits, 0));
+    assert_eq!(
+        (d.verdict, d.rule, d.applied_delta),
+        (Verdict::Reject, Rule::NoGangFits, 0)
+    );
     assert_eq!(deferred(&d), ["ckpt"]);
     assert_eq!(d.deferred[0].reason.kind(), "unresolved_claim");
     assert!(
-        d.reason.contains("ml/ckpt held: pod ckpt-0 uses persistentvolumeclaim ckpt-data"),
+        d.reason
+            .contains("ml/ckpt held: pod ckpt-0 uses persistentvolumeclaim ckpt-data"),
         "{}",
         d.reason
     );
     assert_eq!(d.unhostable, 0);
 
     // A held gang takes no headroom: a resolvable gang behind it is admitted whole.
-    let d = case(16, 0, 1, vec![unresolved.clone(), whole_node_gang("train", 2, 2)]).decide();
+    let d = case(
+        16,
+        0,
+        1,
+        vec![unresolved.clone(), whole_node_gang("train", 2, 2)],
+    )
+    .decide();
     assert_eq!(admitted(&d), [("train", 2, Extent::Whole)]);
     assert_eq!(deferred(&d), ["ckpt"]);
     assert_eq!(d.applied_delta, 2);
@@ -354,6 +364,9 @@ fn a_gang_with_an_unresolved_claim_is_held_and_never_sized_from_a_partial_count(
         .members(2, |p| p.cpus(1).selector("pool", "cpu").unresolved("x"))
         .build();
     let d = case(16, 0, 1, vec![elsewhere]).decide();
-    assert_eq!((d.rule, d.unhostable, d.applied_delta), (Rule::NoGangs, 1, 1));
+    assert_eq!(
+        (d.rule, d.unhostable, d.applied_delta),
+        (Rule::NoGangs, 1, 1)
+    );
     assert!(d.deferred.is_empty());
 }
