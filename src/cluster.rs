@@ -28,6 +28,8 @@ mod v1beta1;
 pub mod watch;
 
 #[cfg(test)]
+mod decode_props;
+#[cfg(test)]
 mod demand_tests;
 #[cfg(test)]
 mod objects_tests;
