@@ -44,7 +44,7 @@ fn write_config(cluster: &Cluster, dir: &std::path::Path) -> (u16, u16) {
     harness::write(
         &dir.join("nodegroups/gpu.yaml"),
         "id: gpu\nminSize: 0\nmaxSize: 4\ninstanceType: p5.48xlarge\nregion: local\nzone: local-a\n\
-         capacity: {cpu: \"192\", memory: 2048Gi, pods: 110}\n\
+         capacity: {cpu: \"192\", memory: 2048Gi, ephemeralStorage: 7600Gi, pods: 110}\n\
          gpu: {count: 8, product: NVIDIA-H100-80GB-HBM3, memory: 81559Mi}\n\
          taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]\n\
          backend: {type: kwok, provisionDelay: 15s}\n",
@@ -162,14 +162,12 @@ async fn gangscaler_alone_serves_from_its_last_view_through_an_api_server_outage
     // outage and come 15 s later, so the gang can only run after it.
     create_gang(&client, &api, &GangSpec::new("before", 2)).await;
     wait_unschedulable(&pods, "before", 2).await;
-    let after_increase = c
-        .node_group_increase_size(NodeGroupIncreaseSizeRequest {
-            id: "gpu".into(),
-            delta: 1,
-        })
-        .await
-        .unwrap();
-    drop(after_increase);
+    c.node_group_increase_size(NodeGroupIncreaseSizeRequest {
+        id: "gpu".into(),
+        delta: 1,
+    })
+    .await
+    .unwrap();
     assert_eq!(
         target(&mut c).await.unwrap(),
         2,
