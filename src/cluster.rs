@@ -28,6 +28,8 @@ mod v1beta1;
 pub mod watch;
 
 #[cfg(test)]
+mod decode_props;
+#[cfg(test)]
 mod demand_tests;
 #[cfg(test)]
 mod objects_tests;
@@ -45,9 +47,9 @@ pub(crate) use gangs::{gang_name, link};
 pub use node::is_node_ready;
 pub use objects::{GangObject, ObjectSet};
 pub use pod::{CompactPod, PodKey, PodLink};
-pub use problem::{Issue, ObjectRef, Problem};
+pub use problem::{ClaimCause, Issue, ObjectRef, Problem};
 pub use unseen::{Unseen, unseen};
-pub use watch::{ClusterView, PodStore, PodWriter, WatchError};
+pub use watch::{ClusterView, PodStore, PodWriter, Stale, WatchError};
 
 /// Where in the input an object came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

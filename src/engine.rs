@@ -72,6 +72,17 @@ pub enum Error {
     /// The cluster view has not synced yet; deciding from a partial cache is refused.
     #[error("node group {0}: the cluster view is not synced yet; retry shortly")]
     NotSynced(NodeGroupId),
+    /// The cluster view may be behind the cluster (its watches are failing, e.g. the API
+    /// server is unreachable); deciding from stale objects is refused.
+    #[error(
+        "node group {group}: the cluster view is stale ({stale}); no scale-up is decided until it is current again"
+    )]
+    ViewStale {
+        /// Group.
+        group: NodeGroupId,
+        /// Which watches fail, and for how long.
+        stale: crate::cluster::Stale,
+    },
     /// The backend refused or failed.
     #[error(transparent)]
     Provision(#[from] provision::Error),
@@ -334,8 +345,10 @@ impl Engine {
     /// Raises the group's target by `delta`.
     ///
     /// # Errors
-    /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta <= 0`, or the backend's
-    /// refusal (above max).
+    /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta <= 0`, the backend's
+    /// refusal (above max) or failure, and with gang admission [`Error::Rejected`],
+    /// [`Error::NotSynced`] or [`Error::ViewStale`] (no decision is made or recorded from a
+    /// cluster view that may be behind).
     pub async fn increase_size(&self, id: &str, delta: i32) -> Result<u32> {
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
@@ -358,7 +371,13 @@ impl Engine {
         let target = backend.target_size(g).await?;
         let decision = admission
             .decide(g, &cfg.provider.gpu_label, target, delta, now)
-            .ok_or_else(|| Error::NotSynced(g.id.clone()))?;
+            .map_err(|e| match e {
+                admission::Unavailable::NotSynced => Error::NotSynced(g.id.clone()),
+                admission::Unavailable::Stale(stale) => Error::ViewStale {
+                    group: g.id.clone(),
+                    stale,
+                },
+            })?;
         self.metrics
             .admission(decision_verdict(&decision), decision.rule.as_str());
         let record = serde_json::to_string(&decision).unwrap_or_default();

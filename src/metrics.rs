@@ -110,6 +110,9 @@ pub struct Metrics {
     /// Pending gangs Cluster Autoscaler cannot see now: no member carries a scheduler verdict
     /// after `lifecycle.noVerdictAfter`.
     pub gangs_without_verdict: Gauge,
+    /// 1 while the cluster view may be behind the cluster (a watch failed and has not listed
+    /// again, e.g. during an API-server outage), else 0.
+    pub cluster_view_stale: Gauge,
 }
 
 /// Buckets for scale-up and formation times: 5 s to 1 h, minute-scale in the middle.
@@ -159,6 +162,12 @@ impl Metrics {
         let gangs_pending = Gauge::default();
         let gangs_pending_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
         let gangs_without_verdict = Gauge::default();
+        let cluster_view_stale = Gauge::default();
+        registry.sub_registry_with_prefix("cluster").register(
+            "view_stale",
+            "1 while the cluster view may be behind the cluster: a watch failed (e.g. the API server is unreachable) and has not listed again",
+            cluster_view_stale.clone(),
+        );
         {
             use prometheus_client::registry::Unit;
             let s = registry.sub_registry_with_prefix("scaleup");
@@ -281,6 +290,7 @@ impl Metrics {
             gangs_pending,
             gangs_pending_seconds,
             gangs_without_verdict,
+            cluster_view_stale,
         }
     }
 

@@ -70,6 +70,17 @@ pub enum Error {
         /// Current target.
         target: u32,
     },
+    /// The backend could not be reached (no connection, or it answered that it is
+    /// overloaded or failing: HTTP 429 or 5xx); retrying later may help.
+    #[error("node group {group}: {backend} backend unreachable: {message}")]
+    Unreachable {
+        /// Group.
+        group: NodeGroupId,
+        /// Backend kind.
+        backend: &'static str,
+        /// What failed.
+        message: String,
+    },
     /// The backend itself failed; retrying may help.
     #[error("node group {group}: {backend} backend failed: {message}")]
     Backend {
@@ -90,6 +101,7 @@ impl Error {
             Self::BelowMin { .. } => "below_min",
             Self::NotInGroup { .. } => "not_in_group",
             Self::WouldDeleteExisting { .. } => "would_delete_existing",
+            Self::Unreachable { .. } => "unreachable",
             Self::Backend { .. } => "backend",
         }
     }
@@ -123,7 +135,7 @@ pub trait Provisioner: Send + Sync + 'static {
     /// The group's target size: created instances plus capacity not yet created.
     ///
     /// # Errors
-    /// [`Error::Backend`] if the backend cannot be reached.
+    /// [`Error::Unreachable`] or [`Error::Backend`] if the backend cannot answer.
     async fn target_size(&self, group: &NodeGroupSpec) -> Result<u32>;
 
     /// Raises the target by `delta` (> 0) unless that passes `group.max_size`; returns the
@@ -150,7 +162,7 @@ pub trait Provisioner: Send + Sync + 'static {
     /// The group's instances.
     ///
     /// # Errors
-    /// [`Error::Backend`] if the backend cannot be reached.
+    /// [`Error::Unreachable`] or [`Error::Backend`] if the backend cannot answer.
     async fn instances(&self, group: &NodeGroupSpec) -> Result<Vec<Instance>>;
 
     /// The group owning the instance with this providerID, else with this node name.

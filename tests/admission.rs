@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gangscaler::cluster::{GangView, ObjectSet};
-use gangscaler::engine::admission::{GangSource, StaticObjects};
+use gangscaler::engine::admission::{GangSource, StaticObjects, Unavailable};
 use gangscaler::engine::{Engine, Error};
 use gangscaler::grpc::status;
 use gangscaler::metrics::Metrics;
@@ -137,6 +137,36 @@ async fn csi_limits_round_a_gang_up_to_one_member_per_node() {
 }
 
 #[tokio::test]
+async fn a_gang_whose_storage_class_is_missing_is_held_not_sized_as_if_it_had_no_volumes() {
+    // The same gang as above, but its claims name a StorageClass that does not exist (a typo,
+    // or not created yet): the attach count is unknown. Counted toward no driver, the 8
+    // members would pack onto 1 node where 8 are needed.
+    let objects = gang("ckpt", 8, 8, 1, 3, 0, "2026-11-29T10:00:00Z");
+    let e = engine(h100(16), Policy::Strict, &objects).await;
+    let err = e.increase_size("h100", 1).await.unwrap_err();
+    assert_eq!(status::code(&err), tonic::Code::FailedPrecondition, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("ml/ckpt held") && msg.contains("ckpt-0-0") && msg.contains("CSI driver"),
+        "{msg}"
+    );
+    assert_eq!(e.target_size("h100").await.unwrap(), 0, "no node added");
+
+    // roundUp does not reject, but does not size the gang either: CA's delta as asked.
+    let e = engine(h100(16), Policy::RoundUp, &objects).await;
+    assert_eq!(e.increase_size("h100", 1).await.unwrap(), 1);
+
+    // Once the class exists, the gang is sized with its volumes: 8 nodes.
+    let e = engine(
+        h100(16),
+        Policy::Strict,
+        &format!("{STORAGE_CLASS}---\n{objects}"),
+    )
+    .await;
+    assert_eq!(e.increase_size("h100", 1).await.unwrap(), 8);
+}
+
+#[tokio::test]
 async fn the_higher_priority_gang_is_admitted_whole_and_the_other_when_room_remains() {
     let objects = format!(
         "{}---\n{}",
@@ -187,9 +217,54 @@ async fn ungrouped_pods_keep_per_pod_semantics_when_no_gang_is_pending() {
 struct NeverSynced;
 
 impl GangSource for NeverSynced {
-    fn view(&self, _now_unix: i64) -> Option<GangView> {
-        None
+    fn view(&self, _now_unix: i64) -> Result<GangView, Unavailable> {
+        Err(Unavailable::NotSynced)
     }
+}
+
+/// A view whose watches fail (the API server is down): its objects may be behind.
+struct Stale;
+
+impl GangSource for Stale {
+    fn view(&self, _now_unix: i64) -> Result<GangView, Unavailable> {
+        Err(Unavailable::Stale(gangscaler::cluster::Stale {
+            kinds: vec!["Node".into(), "Pod".into()],
+            for_: std::time::Duration::from_secs(42),
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_stale_cluster_view_answers_unavailable_and_records_no_decision() {
+    use gangscaler::audit;
+    use gangscaler::scaleup::{Recorder, Timeouts};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
+    let provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
+    let e = Engine::new(
+        testing::loaded(vec![h100(4)]),
+        None,
+        provisioners,
+        Arc::new(Metrics::new()),
+    )
+    .await
+    .unwrap()
+    .with_admission(Policy::Strict, Arc::new(Stale))
+    .with_audit(Arc::new(recorder));
+    let err = e.increase_size("h100", 1).await.unwrap_err();
+    assert_eq!(status::code(&err), tonic::Code::Unavailable);
+    let msg = err.to_string();
+    assert!(
+        msg.contains("h100")
+            && msg.contains("stale")
+            && msg.contains("Node, Pod")
+            && msg.contains("42s"),
+        "{msg}"
+    );
+    assert_eq!(e.target_size("h100").await.unwrap(), 0);
+    let reading = audit::read_files(&[path]).unwrap();
+    assert!(reading.records.is_empty(), "{:?}", reading.records);
 }
 
 #[tokio::test]

@@ -102,3 +102,82 @@ fn plan_rejects_a_target_for_an_unknown_group_and_unreadable_objects() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/file.yaml"));
 }
+
+/// `gangscaler plan` with the shipped h100-8x group cut to 4 EBS attachments per node, over a
+/// gang of 8 one-GPU members with 3 claims each of StorageClass `class`.
+fn plan_ckpt_gang(class: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("provider-configs");
+    std::fs::copy(root.join("provider.yaml"), dir.path().join("provider.yaml")).unwrap();
+    std::fs::create_dir(dir.path().join("nodegroups")).unwrap();
+    let h100 = std::fs::read_to_string(root.join("nodegroups/h100-8x.yaml")).unwrap();
+    assert!(h100.contains("ebs.csi.aws.com: 24"));
+    std::fs::write(
+        dir.path().join("nodegroups/h100-8x.yaml"),
+        h100.replace("ebs.csi.aws.com: 24", "ebs.csi.aws.com: 4"),
+    )
+    .unwrap();
+    let mut docs = vec![
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: gp3}\nprovisioner: ebs.csi.aws.com\n".to_owned(),
+        "apiVersion: scheduling.k8s.io/v1alpha2\nkind: PodGroup\nmetadata: {name: ckpt, namespace: ml}\nspec: {schedulingPolicy: {gang: {minCount: 8}}}\n".to_owned(),
+    ];
+    for i in 0..8 {
+        let mut volumes = String::new();
+        for v in 0..3 {
+            docs.push(format!(
+                "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: ckpt-{i}-{v}, namespace: ml}}\nspec: {{storageClassName: {class}, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 10Gi}}}}}}\n"
+            ));
+            volumes.push_str(&format!(
+                "  - {{name: v{v}, persistentVolumeClaim: {{claimName: ckpt-{i}-{v}}}}}\n"
+            ));
+        }
+        docs.push(format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: ckpt-{i}, namespace: ml}}\nspec:\n  schedulingGroup: {{podGroupName: ckpt}}\n  tolerations: [{{key: nvidia.com/gpu, operator: Exists}}]\n  containers:\n  - {{name: c, image: app, resources: {{limits: {{nvidia.com/gpu: \"1\"}}}}}}\n  volumes:\n{volumes}status: {{phase: Pending}}\n"
+        ));
+    }
+    let objects = dir.path().join("objects.yaml");
+    std::fs::write(&objects, docs.join("---\n")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gangscaler"))
+        .args(["plan", "-o", "json", "--config"])
+        .arg(dir.path())
+        .arg("--objects")
+        .arg(&objects)
+        .env_remove("GANGSCALER_CONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn plan_reports_a_missing_storage_class_instead_of_under_counting_attach_limits() {
+    // With the class: one member per node (3 of 4 attachments), 8 nodes.
+    let json = plan_ckpt_gang("gp3");
+    let ckpt = gang(&json, "ckpt");
+    assert_eq!(option(ckpt, "h100-8x")["nodesAll"].as_u64(), Some(8));
+    assert_eq!(json["problems"].as_array().unwrap().len(), 0);
+
+    // With a class that does not exist, the volumes' driver is unknown: the gang is not
+    // planned on 1 node as if it had no volumes, and every claim is a named problem.
+    let json = plan_ckpt_gang("gp3-typo");
+    let ckpt = gang(&json, "ckpt");
+    assert!(ckpt["best"].is_null(), "{ckpt:#}");
+    let h100 = option(ckpt, "h100-8x");
+    assert_eq!(h100["status"], "unfittable", "{h100:#}");
+    assert_eq!(h100["reason"]["kind"], "unresolved_claim");
+    assert_eq!(h100["reason"]["claim"], "ckpt-0-0");
+    let problems: Vec<&str> = json["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(problems.len(), 24, "{problems:#?}");
+    assert!(
+        problems[0].starts_with(
+            "Pod ml/ckpt-0 (v1): persistentvolumeclaim \"ckpt-0-0\" storageclass \"gp3-typo\" not found"
+        ),
+        "{problems:#?}"
+    );
+}

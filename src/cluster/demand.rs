@@ -14,9 +14,13 @@
 //!   node we could create (right for DaemonSet pods pinned to an existing node) and `NotIn`
 //!   matches every one. An empty term matches no node, as in Kubernetes.
 //! - **Attachable volumes** per CSI driver, counting each claim once: a PVC bound to a PV
-//!   counts for the PV's `spec.csi.driver`; an unbound PVC (e.g. `WaitForFirstConsumer`)
-//!   for its StorageClass's provisioner; a generic ephemeral volume for its PVC
-//!   `<pod>-<volume>` if it exists, else for its template's StorageClass. In-tree sources and
+//!   counts for the PV's `spec.csi.driver` (whatever its class says); an unbound PVC (e.g.
+//!   `WaitForFirstConsumer`) for its StorageClass's provisioner, the default class when it
+//!   names none; a generic ephemeral volume for its PVC `<pod>-<volume>` if it exists, else
+//!   for its template's StorageClass. A claim whose driver cannot be resolved (the claim, its
+//!   bound PV or its StorageClass does not exist, no default class, or `storageClassName: ""`
+//!   while unbound) is listed in [`PodDemand::unresolved_claims`] and reported as
+//!   [`Issue::UnresolvedClaim`]; the scheduler cannot place such a pod either. In-tree sources and
 //!   provisioners that CSI migration maps (EBS, GCE PD, Azure Disk, Cinder, vSphere) count
 //!   for the CSI driver they migrate to. A driver whose CSIDriver says `attachRequired: false`
 //!   is skipped; a driver with no CSIDriver object counts, since attach is the default.
@@ -39,7 +43,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use super::objects::ObjectSet;
 use super::pod::CompactPod;
-use super::problem::Issue;
+use super::problem::{ClaimCause, Issue};
 use crate::model::quantity::Quantity;
 use crate::model::{
     PodDemand, SelectorOperator, SelectorRequirement, TaintEffect, Toleration, TolerationOperator,
@@ -63,7 +67,8 @@ fn pod_level(resource: &str) -> bool {
 }
 
 /// What `pod` needs from a node, looking volumes up in `objects`. Unparsable quantities count
-/// as zero and missing claims count toward no driver; [`gangs`](super::gangs) reports both.
+/// as zero and claims without a resolvable driver are listed in
+/// [`PodDemand::unresolved_claims`]; [`gangs`](super::gangs) reports both.
 pub fn demand(pod: &Pod, objects: &ObjectSet) -> PodDemand {
     CompactPod::from_pod(pod).demand(objects)
 }
@@ -134,6 +139,7 @@ pub(crate) fn raw_demand(spec: &PodSpec, pod_name: &str) -> (RawDemand, Vec<Issu
 pub(crate) fn resolve(pod: &CompactPod, objects: &ObjectSet) -> (PodDemand, Vec<Issue>) {
     let mut issues = pod.issues.to_vec();
     let raw = &pod.demand;
+    let (volumes, unresolved_claims) = volumes(pod, objects, &mut issues);
     let demand = PodDemand {
         cpu_milli: raw.cpu_milli,
         memory_bytes: raw.memory_bytes,
@@ -143,7 +149,7 @@ pub(crate) fn resolve(pod: &CompactPod, objects: &ObjectSet) -> (PodDemand, Vec<
             .iter()
             .map(|(k, v)| (k.to_string(), *v))
             .collect(),
-        volumes: volumes(pod, objects, &mut issues),
+        volumes,
         node_selector: raw
             .node_selector
             .iter()
@@ -151,6 +157,7 @@ pub(crate) fn resolve(pod: &CompactPod, objects: &ObjectSet) -> (PodDemand, Vec<
             .collect(),
         affinity_terms: raw.affinity_terms.iter().map(|t| t.to_vec()).collect(),
         tolerations: raw.tolerations.to_vec(),
+        unresolved_claims,
     };
     (demand, issues)
 }
@@ -374,47 +381,55 @@ fn volume_ref(pod_name: &str, volume: &Volume) -> Option<VolumeRef> {
     }
 }
 
+/// Attachable volumes per CSI driver, and the claims whose driver cannot be resolved (each
+/// also reported in `issues`).
 fn volumes(
     pod: &CompactPod,
     objects: &ObjectSet,
     issues: &mut Vec<Issue>,
-) -> BTreeMap<String, u32> {
+) -> (BTreeMap<String, u32>, Vec<String>) {
     let namespace = pod.namespace();
     // (driver, identity): a claim or disk used by two volumes of the pod counts once.
     let mut attached: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut unresolved: Vec<String> = Vec::new();
     for volume in &pod.demand.volumes {
-        let found = match volume {
-            VolumeRef::Claim(claim) => {
-                if objects.pvc(namespace, claim).is_none() {
-                    issues.push(Issue::ClaimNotFound {
-                        claim: claim.to_string(),
-                    });
-                }
-                claim_driver(objects, namespace, claim, None).map(|d| (d, format!("pvc:{claim}")))
-            }
+        let (claim, template_class) = match volume {
+            VolumeRef::Claim(claim) => (claim, None),
             VolumeRef::Ephemeral {
                 claim,
                 template_class,
-            } => {
-                let template_class = template_class.as_ref().map(|c| c.as_deref());
-                claim_driver(objects, namespace, claim, template_class)
-                    .map(|d| (d, format!("pvc:{claim}")))
-            }
+            } => (claim, template_class.as_ref().map(|c| c.as_deref())),
             VolumeRef::InTree { driver, identity } => {
-                Some(((*driver).to_owned(), format!("inline:{identity}")))
+                if attach_required(objects, driver) {
+                    attached.insert(((*driver).to_owned(), format!("inline:{identity}")));
+                }
+                continue;
             }
         };
-        if let Some((driver, identity)) = found
-            && attach_required(objects, &driver)
-        {
-            attached.insert((driver, identity));
+        match claim_driver(objects, namespace, claim, template_class) {
+            Ok(Some(driver)) => {
+                if attach_required(objects, &driver) {
+                    attached.insert((driver, format!("pvc:{claim}")));
+                }
+            }
+            // Bound to a volume that no CSI driver attaches (NFS, hostPath, local...).
+            Ok(None) => {}
+            Err(cause) => {
+                if !unresolved.iter().any(|c| c.as_str() == &**claim) {
+                    unresolved.push(claim.to_string());
+                    issues.push(Issue::UnresolvedClaim {
+                        claim: claim.to_string(),
+                        cause,
+                    });
+                }
+            }
         }
     }
     let mut counts = BTreeMap::new();
     for (driver, _) in attached {
         *counts.entry(driver).or_insert(0u32) += 1;
     }
-    counts
+    (counts, unresolved)
 }
 
 /// The claims of `pod` whose CSI driver needs attaching (`attachRequired` not false), each
@@ -439,7 +454,7 @@ pub(crate) fn attachable_claims(
         if out.iter().any(|(c, _)| c.as_str() == &**claim) {
             continue;
         }
-        let Some(driver) = claim_driver(objects, namespace, claim, template_class) else {
+        let Ok(Some(driver)) = claim_driver(objects, namespace, claim, template_class) else {
             continue;
         };
         if !attach_required(objects, &driver) {
@@ -455,24 +470,35 @@ pub(crate) fn attachable_claims(
     out
 }
 
-/// The CSI driver behind claim `namespace/claim`: the bound PV's driver, else the provisioner
-/// of its StorageClass. `template_class` stands in for a claim that does not exist yet
-/// (`Some(None)`: a template without a class, which gets the default class).
+/// The CSI driver behind claim `namespace/claim`: the bound PV's driver (`None` for a volume
+/// no CSI driver attaches), else the provisioner of its StorageClass. `template_class` stands
+/// in for a claim that does not exist yet (`Some(None)`: a template without a class, which
+/// gets the default class).
+///
+/// # Errors
+///
+/// Why the driver cannot be known: the claim, its bound PV or its StorageClass is missing,
+/// it names no class and none is the default, or it asks for no class and is not bound.
 fn claim_driver(
     objects: &ObjectSet,
     namespace: &str,
     claim: &str,
     template_class: Option<Option<&str>>,
-) -> Option<String> {
+) -> Result<Option<String>, ClaimCause> {
     let class = match objects.pvc(namespace, claim) {
         Some(pvc) => {
             let spec = pvc.spec.as_ref();
-            let bound_pv = spec
+            // Once bound, the volume's own driver is what attaches, whatever the class says.
+            if let Some(volume) = spec
                 .and_then(|s| s.volume_name.as_deref())
                 .filter(|n| !n.is_empty())
-                .and_then(|n| objects.pv(n));
-            if let Some(pv) = bound_pv {
-                return pv_driver(pv);
+            {
+                return match objects.pv(volume) {
+                    Some(pv) => Ok(pv_driver(pv)),
+                    None => Err(ClaimCause::VolumeNotFound {
+                        volume: volume.to_owned(),
+                    }),
+                };
             }
             // The beta annotation predates the field and still wins when both are set.
             let annotated = pvc
@@ -483,15 +509,21 @@ fn claim_driver(
                 .map(String::as_str);
             annotated.or_else(|| spec.and_then(|s| s.storage_class_name.as_deref()))
         }
-        None => template_class?,
+        None => template_class.ok_or(ClaimCause::ClaimNotFound)?,
     };
     let class = match class {
         // "" asks for no class: only a pre-provisioned PV can bind; its driver is unknown.
-        Some("") => return None,
-        Some(name) => objects.storage_class(name)?,
-        None => objects.default_storage_class()?,
+        Some("") => return Err(ClaimCause::NoClassUnbound),
+        Some(name) => objects
+            .storage_class(name)
+            .ok_or_else(|| ClaimCause::ClassNotFound {
+                class: name.to_owned(),
+            })?,
+        None => objects
+            .default_storage_class()
+            .ok_or(ClaimCause::NoDefaultClass)?,
     };
-    Some(migrated(&class.provisioner).to_owned())
+    Ok(Some(migrated(&class.provisioner).to_owned()))
 }
 
 /// The CSI driver of a PV (a migrated in-tree source counts for its CSI driver).

@@ -242,19 +242,138 @@ fn a_claim_mounted_twice_by_one_pod_counts_once() {
 fn default_class_migrated_in_tree_and_driverless_claims_count_as_the_scheduler_would() {
     // checkpoints (PV), legacy (in-tree provisioner), default-class (default class) and
     // legacy-static (in-tree PV) on EBS; block-data on a driver with no CSIDriver object;
-    // datasets (nfs) skipped; the missing claim counts nowhere.
+    // datasets (nfs) skipped; the missing claim counts nowhere and is unresolved.
     assert_eq!(
         volumes_of("mixed"),
         counts(&[("disk.csi.example.com", 1), ("ebs.csi.aws.com", 4)])
     );
+    assert_eq!(
+        demand_of(VOLUMES, "mixed").unresolved_claims,
+        ["not-created-yet"]
+    );
     let objects = ObjectSet::from_yaml_documents(VOLUMES).unwrap();
     let view = gangs(&objects, 0);
-    let issues: Vec<String> = view.problems.iter().map(ToString::to_string).collect();
+    let issues: Vec<String> = view
+        .problems
+        .iter()
+        .filter(|p| p.object.name == "mixed")
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(
         issues,
         [
-            "Pod ml/mixed (v1): persistentvolumeclaim \"not-created-yet\" not found, \
-             not counted toward attach limits"
+            "Pod ml/mixed (v1): persistentvolumeclaim \"not-created-yet\" not found: its CSI \
+          driver is unknown, so no node group is planned to host the pod until it resolves"
         ]
+    );
+}
+
+#[test]
+fn a_bound_claim_counts_for_its_volume_driver_not_its_class() {
+    // The claim names `block` (disk.csi.example.com), its PV attaches through EBS.
+    assert_eq!(volumes_of("pv-wins"), counts(&[("ebs.csi.aws.com", 1)]));
+    assert!(demand_of(VOLUMES, "pv-wins").unresolved_claims.is_empty());
+}
+
+#[test]
+fn claims_whose_driver_cannot_be_resolved_are_listed_and_reported_once_each() {
+    let d = demand_of(VOLUMES, "unresolved");
+    // Only the resolvable claim counts; the others are not silently counted toward nothing.
+    assert_eq!(
+        d.volumes.into_iter().collect::<Vec<_>>(),
+        counts(&[("ebs.csi.aws.com", 1)])
+    );
+    assert_eq!(
+        d.unresolved_claims,
+        [
+            "typo-class",
+            "bound-to-missing",
+            "static-unbound",
+            "never-created",
+            "unresolved-scratch"
+        ]
+    );
+    let objects = ObjectSet::from_yaml_documents(VOLUMES).unwrap();
+    let view = gangs(&objects, 0);
+    let causes: Vec<(String, ClaimCause)> = view
+        .problems
+        .iter()
+        .filter(|p| p.object.name == "unresolved" && p.object.kind == "Pod")
+        .map(|p| match &p.issue {
+            Issue::UnresolvedClaim { claim, cause } => (claim.clone(), cause.clone()),
+            other => panic!("unexpected issue {other:?}"),
+        })
+        .collect();
+    let class = |c: &str| ClaimCause::ClassNotFound { class: c.into() };
+    let mut want = vec![
+        (
+            "bound-to-missing".to_owned(),
+            ClaimCause::VolumeNotFound {
+                volume: "pvc-not-listed-yet".into(),
+            },
+        ),
+        ("never-created".to_owned(), ClaimCause::ClaimNotFound),
+        ("static-unbound".to_owned(), ClaimCause::NoClassUnbound),
+        ("typo-class".to_owned(), class("ebs-gp3-fast")),
+        ("unresolved-scratch".to_owned(), class("local-nvme")),
+    ];
+    want.sort();
+    let mut causes = causes;
+    causes.sort();
+    assert_eq!(causes, want);
+    // The message names the claim and the missing object.
+    let typo = view
+        .problems
+        .iter()
+        .find(|p| matches!(&p.issue, Issue::UnresolvedClaim { claim, .. } if claim == "typo-class"))
+        .unwrap()
+        .to_string();
+    assert!(
+        typo.starts_with("Pod ml/unresolved (v1): persistentvolumeclaim \"typo-class\" storageclass \"ebs-gp3-fast\" not found"),
+        "{typo}"
+    );
+}
+
+#[test]
+fn a_claim_without_a_class_is_unresolved_when_no_class_is_the_default() {
+    let yaml = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: gp3}
+provisioner: ebs.csi.aws.com
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: ml}
+spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ml}
+spec:
+  containers: [{name: c, image: app}]
+  volumes: [{name: d, persistentVolumeClaim: {claimName: data}}]
+"#;
+    let d = demand_of(yaml, "p");
+    assert_eq!(d.unresolved_claims, ["data"]);
+    assert!(d.volumes.is_empty());
+    let view = gangs(&ObjectSet::from_yaml_documents(yaml).unwrap(), 0);
+    assert_eq!(
+        view.problems[0].issue,
+        Issue::UnresolvedClaim {
+            claim: "data".into(),
+            cause: ClaimCause::NoDefaultClass
+        }
+    );
+    // Marking gp3 the default resolves it.
+    let with_default = yaml.replace(
+        "metadata: {name: gp3}",
+        "metadata: {name: gp3, annotations: {storageclass.kubernetes.io/is-default-class: \"true\"}}",
+    );
+    let d = demand_of(&with_default, "p");
+    assert!(d.unresolved_claims.is_empty());
+    assert_eq!(
+        d.volumes.into_iter().collect::<Vec<_>>(),
+        counts(&[("ebs.csi.aws.com", 1)])
     );
 }

@@ -434,11 +434,19 @@ pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
     value.pointer(pointer).and_then(Value::as_str)
 }
 
-/// `namespace/name`, `name` or `<unnamed>`, for messages.
+/// `namespace/name`, `name` or `<unnamed>` (also for an empty name), for messages.
 fn display_name(value: &Value) -> String {
-    match (
+    object_name(
         str_at(value, "/metadata/namespace"),
         str_at(value, "/metadata/name"),
+    )
+}
+
+/// `namespace/name`, `name` or `<unnamed>`, for messages; empty parts count as missing.
+pub(crate) fn object_name(namespace: Option<&str>, name: Option<&str>) -> String {
+    match (
+        namespace.filter(|n| !n.is_empty()),
+        name.filter(|n| !n.is_empty()),
     ) {
         (Some(ns), Some(name)) => format!("{ns}/{name}"),
         (None, Some(name)) => name.to_owned(),

@@ -157,3 +157,28 @@ fn list_items_are_read_and_named_by_index_in_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn an_object_with_an_empty_name_is_named_unnamed_in_errors() {
+    // Found by the decoding property test: the message read "decoding Pod : ...".
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "", "namespace": false},
+        "spec": {"containers": []}
+    });
+    let e = ObjectSet::new().insert_value(pod.clone()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "object: decoding Pod <unnamed>: metadata.namespace: invalid type: boolean `false`, expected a string"
+    );
+    let mut dynamic = pod;
+    dynamic["metadata"]["namespace"] = serde_json::json!("ml");
+    dynamic["spec"] = serde_json::json!({"containers": 3});
+    let dynamic: kube::core::DynamicObject = serde_json::from_value(dynamic).unwrap();
+    let e = CompactPod::from_dynamic(&dynamic).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("decoding Pod <unnamed>: spec.containers"),
+        "{e}"
+    );
+}

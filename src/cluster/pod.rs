@@ -102,11 +102,10 @@ impl CompactPod {
     /// # Errors
     /// [`Error::Decode`] when `spec` or `spec.workloadRef` does not match its schema.
     pub fn from_dynamic(object: &kube::core::DynamicObject) -> Result<Self, Error> {
-        let name = match (&object.metadata.namespace, &object.metadata.name) {
-            (Some(ns), Some(name)) => format!("{ns}/{name}"),
-            (None, Some(name)) => name.clone(),
-            _ => "<unnamed>".to_owned(),
-        };
+        let name = super::objects::object_name(
+            object.metadata.namespace.as_deref(),
+            object.metadata.name.as_deref(),
+        );
         let spec_value = present(object.data.get("spec"));
         let workload_ref = present(spec_value.and_then(|s| s.get("workloadRef")))
             .map(|v| decode_ref::<WorkloadRef>(v, &name, "spec.workloadRef"))

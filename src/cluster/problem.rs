@@ -99,12 +99,55 @@ pub enum Issue {
         /// The operator as written.
         operator: String,
     },
-    /// A pod volume names a PersistentVolumeClaim that does not exist; it counts toward no
-    /// attach limit.
-    ClaimNotFound {
+    /// The CSI driver of a pod volume's PersistentVolumeClaim cannot be resolved. The scheduler
+    /// does not place the pod until it resolves, and the planner places it on no node group:
+    /// counting its volumes toward no driver would under-count the nodes its gang needs.
+    UnresolvedClaim {
         /// Claim name.
         claim: String,
+        /// Why the driver is unknown.
+        cause: ClaimCause,
     },
+}
+
+/// Why the CSI driver of a claim cannot be resolved.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClaimCause {
+    /// The claim does not exist (yet).
+    ClaimNotFound,
+    /// The claim is bound (`spec.volumeName`) to a PersistentVolume that does not exist.
+    VolumeNotFound {
+        /// `spec.volumeName`.
+        volume: String,
+    },
+    /// The claim (or the claim template of a generic ephemeral volume) names a StorageClass
+    /// that does not exist (yet).
+    ClassNotFound {
+        /// `spec.storageClassName` (or the beta annotation).
+        class: String,
+    },
+    /// The claim names no StorageClass and no default StorageClass exists.
+    NoDefaultClass,
+    /// The unbound claim asks for no class (`storageClassName: ""`): only a pre-provisioned
+    /// volume can bind it, whose driver is unknown until it does.
+    NoClassUnbound,
+}
+
+impl fmt::Display for ClaimCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ClaimNotFound => f.write_str("not found"),
+            Self::VolumeNotFound { volume } => {
+                write!(
+                    f,
+                    "bound to persistentvolume {volume:?}, which is not found"
+                )
+            }
+            Self::ClassNotFound { class } => write!(f, "storageclass {class:?} not found"),
+            Self::NoDefaultClass => f.write_str("names no storageclass and none is the default"),
+            Self::NoClassUnbound => f.write_str("has storageClassName \"\" and is not bound"),
+        }
+    }
 }
 
 impl Issue {
@@ -121,7 +164,7 @@ impl Issue {
             Self::CompositeGangIgnored { .. } => "composite_gang_ignored",
             Self::InvalidQuantity { .. } => "invalid_quantity",
             Self::InvalidOperator { .. } => "invalid_operator",
-            Self::ClaimNotFound { .. } => "claim_not_found",
+            Self::UnresolvedClaim { .. } => "unresolved_claim",
         }
     }
 }
@@ -154,9 +197,10 @@ impl fmt::Display for Issue {
             Self::InvalidOperator { path, operator } => {
                 write!(f, "{path}: unknown operator {operator:?}, matches no node")
             }
-            Self::ClaimNotFound { claim } => write!(
+            Self::UnresolvedClaim { claim, cause } => write!(
                 f,
-                "persistentvolumeclaim {claim:?} not found, not counted toward attach limits"
+                "persistentvolumeclaim {claim:?} {cause}: its CSI driver is unknown, so no node \
+                 group is planned to host the pod until it resolves"
             ),
         }
     }

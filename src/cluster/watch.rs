@@ -8,20 +8,31 @@
 //! [`CompactPod`]s (a few hundred bytes each instead of ~14 KB) in our own [`PodStore`], which
 //! snapshots share instead of copying. Every other object loses `managedFields`; nodes also lose
 //! annotations (but those of scale-down protection) and their image list, see [`slim_node`].
+//!
+//! Outages: when a watch fails (the API server is down or refuses), its store keeps the last
+//! objects it had and the view answers from them, but it is *stale* ([`ClusterView::stale`])
+//! from that failure until the watcher has listed its kind completely again. The failed watcher
+//! is replaced by a fresh one, which lists instead of resuming, retrying with a backoff of 0.5 s
+//! doubling to 10 s: the new list is what says the view has caught up, since a resumed watch
+//! reports nothing until an object changes.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass, VolumeAttachment};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
+use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::objects::{PodEntry, PodSet};
 use super::{CompactPod, GangObject, ObjectSet, PodKey, adapters};
@@ -220,6 +231,7 @@ pub struct ClusterView {
     gangs: Vec<(ApiResource, Store<DynamicObject>)>,
     gang_api: Option<String>,
     ready: Arc<AtomicBool>,
+    health: Arc<Health>,
 }
 
 impl std::fmt::Debug for ClusterView {
@@ -227,6 +239,7 @@ impl std::fmt::Debug for ClusterView {
         f.debug_struct("ClusterView")
             .field("gang_api", &self.gang_api)
             .field("ready", &self.is_ready())
+            .field("stale", &self.stale())
             .finish()
     }
 }
@@ -247,104 +260,211 @@ fn drop_managed_fields<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// Spawns a reflector for `api` into a new store, modified by `slim`, until `shutdown`.
-fn spawn_reflector<K>(
-    name: &'static str,
-    api: Api<K>,
-    writer: reflector::store::Writer<K>,
-    slim: fn(&mut K),
-    shutdown: CancellationToken,
-) where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
-{
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(slim)
-        .reflect(writer)
-        .touched_objects();
-    drive(stream, name.to_owned(), shutdown, |_| {});
+/// Which watchers have failed since they last listed their kind completely, and since when.
+/// Shared by every watcher task of one view.
+#[derive(Debug, Default)]
+struct Health {
+    failing: Mutex<BTreeMap<String, Instant>>,
 }
 
-/// Polls a watch stream until `shutdown`, handing each item to `on_item` and logging errors
-/// (the stream retries with backoff), inside a `watch` span named after the kind.
-fn drive<S, T>(
-    stream: S,
-    kind: String,
-    shutdown: CancellationToken,
-    mut on_item: impl FnMut(T) + Send + 'static,
-) where
-    S: futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static,
-    T: Send + 'static,
+impl Health {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Instant>> {
+        self.failing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a failure of `kind`'s watcher; true if it was healthy until now.
+    fn failed(&self, kind: &str) -> bool {
+        let mut failing = self.lock();
+        if failing.contains_key(kind) {
+            return false;
+        }
+        failing.insert(kind.to_owned(), Instant::now());
+        true
+    }
+
+    /// Records a complete list of `kind`; true if its watcher had failed before.
+    fn listed(&self, kind: &str) -> bool {
+        self.lock().remove(kind).is_some()
+    }
+
+    fn stale(&self) -> Option<Stale> {
+        let failing = self.lock();
+        let since = failing.values().min()?;
+        Some(Stale {
+            kinds: failing.keys().cloned().collect(),
+            for_: since.elapsed(),
+        })
+    }
+}
+
+/// Why the view may be behind the cluster: these watchers failed and have not listed again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stale {
+    /// Kinds whose watcher failed, sorted.
+    pub kinds: Vec<String>,
+    /// How long since the first of them failed.
+    pub for_: Duration,
+}
+
+impl std::fmt::Display for Stale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "watches of {} failing for {}s",
+            self.kinds.join(", "),
+            self.for_.as_secs()
+        )
+    }
+}
+
+/// The retry delays of a failing watch: 0.5 s doubling to at most [`Retry::MAX`], back to the
+/// start after an event is received.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    next: Duration,
+}
+
+impl Retry {
+    const FIRST: Duration = Duration::from_millis(500);
+    /// Kept short so a view is current again soon after the API server returns.
+    const MAX: Duration = Duration::from_secs(10);
+
+    fn new() -> Self {
+        Self { next: Self::FIRST }
+    }
+}
+
+impl Iterator for Retry {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.next;
+        self.next = (delay * 2).min(Self::MAX);
+        Some(delay)
+    }
+}
+
+impl Backoff for Retry {
+    fn reset(&mut self) {
+        *self = Self::new();
+    }
+}
+
+/// A fresh watch stream of `api`: it starts with a complete list.
+fn watch_stream<K>(api: &Api<K>) -> BoxStream<'static, Result<Event<K>, watcher::Error>>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
+    watcher(api.clone(), watcher::Config::default())
+        .backoff(Retry::new())
+        .boxed()
+}
+
+/// Watches `api` until `shutdown`, handing each event to `apply`, inside a `watch` span
+/// named after the kind. On the first failure after a complete list the kind is marked
+/// failing in `health` and the watcher is replaced by a fresh one, so that the next complete
+/// list (`InitDone`) marks it healthy again.
+fn drive<K>(
+    api: Api<K>,
+    kind: String,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+    mut apply: impl FnMut(Event<K>) + Send + 'static,
+) where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let span = info_span!("watch", kind = %kind);
     tokio::spawn(
         async move {
-            let mut stream = std::pin::pin!(stream);
+            let mut stream = watch_stream(&api);
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     next = stream.next() => match next {
-                        Some(Ok(item)) => on_item(item),
-                        Some(Err(e)) => warn!(error = %e, "watch error; retrying with backoff"),
+                        Some(Ok(event)) => {
+                            let listed = matches!(event, Event::InitDone);
+                            apply(event);
+                            if listed && health.listed(&kind) {
+                                info!("watch listed again; this kind is current");
+                            }
+                        }
+                        Some(Err(e)) => {
+                            if health.failed(&kind) {
+                                warn!(error = %e, "watch failed; answering from the last objects until a new list completes");
+                                stream = watch_stream(&api);
+                            } else {
+                                debug!(error = %e, "watch still failing; retrying with backoff");
+                            }
+                        }
                         None => return,
                     },
                 }
             }
         }
-        .instrument(info_span!("watch", kind = %kind)),
+        .instrument(span),
     );
 }
 
+/// A store of every `K`, each object modified by `slim`, filled until `shutdown`.
 fn typed_store<K>(
     client: &kube::Client,
     name: &'static str,
     slim: fn(&mut K),
+    health: &Arc<Health>,
     shutdown: &CancellationToken,
 ) -> Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
 {
-    let (reader, writer) = reflector::store();
-    spawn_reflector(
-        name,
+    let (reader, mut writer) = reflector::store();
+    drive(
         Api::<K>::all(client.clone()),
-        writer,
-        slim,
+        name.to_owned(),
+        health.clone(),
         shutdown.clone(),
+        move |event| writer.apply_watcher_event(&event.modify(slim)),
     );
     reader
 }
 
-/// Spawns a watcher for `api` that feeds `writer` through `apply`, until `shutdown`.
+/// Watches `api` into `writer` through `apply`, until `shutdown`.
 fn spawn_pod_watcher<K>(
     api: Api<K>,
     mut writer: PodWriter,
     apply: fn(&mut PodWriter, Event<K>),
+    health: &Arc<Health>,
     shutdown: &CancellationToken,
 ) where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
-    drive(stream, "Pod".to_owned(), shutdown.clone(), move |event| {
-        apply(&mut writer, event);
-    });
+    drive(
+        api,
+        "Pod".to_owned(),
+        health.clone(),
+        shutdown.clone(),
+        move |event| apply(&mut writer, event),
+    );
 }
 
 fn dynamic_store(
     client: &kube::Client,
     ar: &ApiResource,
+    health: &Arc<Health>,
     shutdown: &CancellationToken,
 ) -> Store<DynamicObject> {
-    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let mut writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
     let reader = writer.as_reader();
     let api = Api::<DynamicObject>::all_with(client.clone(), ar);
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(drop_managed_fields::<DynamicObject>)
-        .reflect(writer)
-        .touched_objects();
-    drive(stream, ar.kind.clone(), shutdown.clone(), |_| {});
+    drive(
+        api,
+        ar.kind.clone(),
+        health.clone(),
+        shutdown.clone(),
+        move |event| {
+            writer.apply_watcher_event(&event.modify(drop_managed_fields::<DynamicObject>));
+        },
+    );
     reader
 }
 
@@ -373,6 +493,7 @@ impl ClusterView {
             .map(|a| a.api_version())
             .find(|v| served.iter().any(|s| s == v))
             .map(str::to_owned);
+        let health = Arc::new(Health::default());
         let mut gangs = Vec::new();
         if let Some(api) = &gang_api {
             let resources = client
@@ -387,7 +508,7 @@ impl ClusterView {
             {
                 let gvk = GroupVersionKind::gvk(SCHEDULING_GROUP, version, &r.kind);
                 let ar = ApiResource::from_gvk_with_plural(&gvk, &r.name);
-                gangs.push((ar.clone(), dynamic_store(&client, &ar, shutdown)));
+                gangs.push((ar.clone(), dynamic_store(&client, &ar, &health, shutdown)));
             }
             info!(gang.api = %api, kinds = gangs.len(), "watching gang objects");
         } else {
@@ -398,28 +519,43 @@ impl ClusterView {
         if gang_api.as_deref() == Some("scheduling.k8s.io/v1alpha1") {
             let ar = ApiResource::erase::<Pod>(&());
             let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-            spawn_pod_watcher(api, writer, PodWriter::apply_dynamic, shutdown);
+            spawn_pod_watcher(api, writer, PodWriter::apply_dynamic, &health, shutdown);
         } else {
             let api = Api::<Pod>::all(client.clone());
-            spawn_pod_watcher(api, writer, PodWriter::apply_pod, shutdown);
+            spawn_pod_watcher(api, writer, PodWriter::apply_pod, &health, shutdown);
         }
+        let h = &health;
         Ok(Self {
             pods,
             pvcs: typed_store(
                 &client,
                 "PersistentVolumeClaim",
                 drop_managed_fields,
+                h,
                 shutdown,
             ),
-            pvs: typed_store(&client, "PersistentVolume", drop_managed_fields, shutdown),
-            classes: typed_store(&client, "StorageClass", drop_managed_fields, shutdown),
-            drivers: typed_store(&client, "CSIDriver", drop_managed_fields, shutdown),
-            nodes: typed_store(&client, "Node", slim_node, shutdown),
-            csi_nodes: typed_store(&client, "CSINode", drop_managed_fields, shutdown),
-            attachments: typed_store(&client, "VolumeAttachment", drop_managed_fields, shutdown),
+            pvs: typed_store(
+                &client,
+                "PersistentVolume",
+                drop_managed_fields,
+                h,
+                shutdown,
+            ),
+            classes: typed_store(&client, "StorageClass", drop_managed_fields, h, shutdown),
+            drivers: typed_store(&client, "CSIDriver", drop_managed_fields, h, shutdown),
+            nodes: typed_store(&client, "Node", slim_node, h, shutdown),
+            csi_nodes: typed_store(&client, "CSINode", drop_managed_fields, h, shutdown),
+            attachments: typed_store(
+                &client,
+                "VolumeAttachment",
+                drop_managed_fields,
+                h,
+                shutdown,
+            ),
             gangs,
             gang_api,
             ready: Arc::new(AtomicBool::new(false)),
+            health,
         })
     }
 
@@ -443,6 +579,13 @@ impl ClusterView {
     /// Whether every store has synced.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// `Some` while the view may be behind the cluster: a watcher failed (e.g. the API server
+    /// is unreachable) and has not completed a new list since. The stores keep the last
+    /// objects they had meanwhile, so reads still answer from them.
+    pub fn stale(&self) -> Option<Stale> {
+        self.health.stale()
     }
 
     /// The gang API version in use, if any.
@@ -501,5 +644,43 @@ impl ClusterView {
             }
         }
         set
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_is_stale_from_its_first_failure_until_it_lists_again() {
+        let h = Health::default();
+        assert_eq!(h.stale(), None);
+        assert!(h.failed("Pod"), "first failure restarts the watch");
+        assert!(!h.failed("Pod"), "later failures only retry");
+        assert!(h.failed("Node"));
+        let stale = h.stale().unwrap();
+        assert_eq!(stale.kinds, ["Node", "Pod"]);
+        assert!(
+            stale
+                .to_string()
+                .starts_with("watches of Node, Pod failing for ")
+        );
+        assert!(h.listed("Pod"));
+        assert!(
+            !h.listed("Pod"),
+            "a healthy kind listing again changes nothing"
+        );
+        assert_eq!(h.stale().unwrap().kinds, ["Node"]);
+        assert!(h.listed("Node"));
+        assert_eq!(h.stale(), None);
+    }
+
+    #[test]
+    fn retries_double_up_to_the_cap_and_start_over_after_a_reset() {
+        let mut r = Retry::new();
+        let delays: Vec<u64> = r.by_ref().take(7).map(|d| d.as_millis() as u64).collect();
+        assert_eq!(delays, [500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
+        r.reset();
+        assert_eq!(r.next(), Some(Duration::from_millis(500)));
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::cluster::{self, ClusterView, GangView, ObjectSet};
+use crate::cluster::{self, ClusterView, GangView, ObjectSet, Stale};
 use crate::model::{GangRef, NodeGroupId, NodeGroupSpec};
 use crate::planner::{self, AdmissionInput, Decision, NodeShape, Policy};
 
@@ -13,16 +13,33 @@ use crate::planner::{self, AdmissionInput, Decision, NodeShape, Policy};
 /// default max-node-provision-time).
 pub const IN_FLIGHT_TTL_SECS: i64 = 15 * 60;
 
+/// Why a [`GangSource`] has no view to decide from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unavailable {
+    /// The source has not synced yet.
+    NotSynced,
+    /// The source may be behind the cluster (its watches failed and have not listed again).
+    Stale(Stale),
+}
+
 /// Where the current gangs come from.
 pub trait GangSource: Send + Sync {
-    /// The gangs and ungrouped pending pods now, or `None` while the source has not synced.
-    fn view(&self, now_unix: i64) -> Option<GangView>;
+    /// The gangs and ungrouped pending pods now.
+    ///
+    /// # Errors
+    /// [`Unavailable`] while the source has not synced, or may be behind the cluster.
+    fn view(&self, now_unix: i64) -> Result<GangView, Unavailable>;
 }
 
 impl GangSource for ClusterView {
-    fn view(&self, now_unix: i64) -> Option<GangView> {
-        self.is_ready()
-            .then(|| cluster::gangs(&self.snapshot(), now_unix))
+    fn view(&self, now_unix: i64) -> Result<GangView, Unavailable> {
+        if !self.is_ready() {
+            return Err(Unavailable::NotSynced);
+        }
+        if let Some(stale) = self.stale() {
+            return Err(Unavailable::Stale(stale));
+        }
+        Ok(cluster::gangs(&self.snapshot(), now_unix))
     }
 }
 
@@ -31,8 +48,8 @@ impl GangSource for ClusterView {
 pub struct StaticObjects(pub ObjectSet);
 
 impl GangSource for StaticObjects {
-    fn view(&self, now_unix: i64) -> Option<GangView> {
-        Some(cluster::gangs(&self.0, now_unix))
+    fn view(&self, now_unix: i64) -> Result<GangView, Unavailable> {
+        Ok(cluster::gangs(&self.0, now_unix))
     }
 }
 
@@ -73,8 +90,12 @@ impl Admission {
         self.policy
     }
 
-    /// Decides an increase of `group` (at `target`) by CA's `ca_delta`; `None` while the gang
-    /// source has not synced.
+    /// Decides an increase of `group` (at `target`) by CA's `ca_delta`.
+    ///
+    /// # Errors
+    /// [`Unavailable`] while the gang source has not synced or may be behind the cluster: a
+    /// decision from a partial or stale view could add nodes for gangs that no longer need
+    /// them, or miss gangs that do.
     pub fn decide(
         &self,
         group: &NodeGroupSpec,
@@ -82,7 +103,7 @@ impl Admission {
         target: u32,
         ca_delta: u32,
         now_unix: i64,
-    ) -> Option<Decision> {
+    ) -> Result<Decision, Unavailable> {
         let view = self.source.view(now_unix)?;
         let shape = NodeShape::from_group(group, gpu_label);
         let in_flight = self.in_flight_for(&view, &group.id, now_unix);
@@ -95,7 +116,7 @@ impl Admission {
                 .collect();
             planner::nodes_for_pods(&hostable, shape).unwrap_or(0)
         });
-        Some(planner::admit(&AdmissionInput {
+        Ok(planner::admit(&AdmissionInput {
             group: &group.id,
             shape: shape.as_ref(),
             max_size: group.max_size,

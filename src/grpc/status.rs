@@ -15,7 +15,7 @@ use crate::provision;
 /// | bad delta, malformed request, node not in group | `InvalidArgument` |
 /// | past max, below min, cancelling created capacity | `FailedPrecondition` |
 /// | no template, no price, unsupported call | `Unimplemented` |
-/// | backend unreachable | `Unavailable` |
+/// | backend unreachable, cluster view not synced or stale | `Unavailable` |
 /// | wiring bug | `Internal` |
 pub fn code(e: &Error) -> Code {
     match e {
@@ -24,13 +24,15 @@ pub fn code(e: &Error) -> Code {
         Error::NoTemplate(_) | Error::NoPrice(_) | Error::Unsupported(_) => Code::Unimplemented,
         Error::NoBackend { .. } => Code::Internal,
         Error::Rejected { .. } => Code::FailedPrecondition,
-        Error::NotSynced(_) => Code::Unavailable,
+        Error::NotSynced(_) | Error::ViewStale { .. } => Code::Unavailable,
         Error::Provision(p) => match p {
             provision::Error::AboveMax { .. }
             | provision::Error::BelowMin { .. }
             | provision::Error::WouldDeleteExisting { .. } => Code::FailedPrecondition,
             provision::Error::NotInGroup { .. } => Code::InvalidArgument,
-            provision::Error::Backend { .. } => Code::Unavailable,
+            provision::Error::Unreachable { .. } | provision::Error::Backend { .. } => {
+                Code::Unavailable
+            }
         },
     }
 }
@@ -140,6 +142,25 @@ mod tests {
                     message: "down".into(),
                 }
                 .into(),
+                Code::Unavailable,
+            ),
+            (
+                provision::Error::Unreachable {
+                    group: g(),
+                    backend: "kwok",
+                    message: "connection refused".into(),
+                }
+                .into(),
+                Code::Unavailable,
+            ),
+            (
+                Error::ViewStale {
+                    group: g(),
+                    stale: crate::cluster::Stale {
+                        kinds: vec!["Pod".into()],
+                        for_: std::time::Duration::from_secs(5),
+                    },
+                },
                 Code::Unavailable,
             ),
         ];

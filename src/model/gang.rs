@@ -141,6 +141,12 @@ pub struct PodDemand {
     pub affinity_terms: Vec<Vec<SelectorRequirement>>,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
+    /// Claims (PVC names) whose CSI driver could not be resolved: a missing claim, bound
+    /// volume or StorageClass, or no class at all. The scheduler cannot place the pod until
+    /// they resolve, so the planner places it on no node group rather than count its volumes
+    /// toward no driver.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unresolved_claims: Vec<String>,
 }
 
 /// A member pod of a gang.

@@ -6,7 +6,12 @@
 //! `headroom = max_size - target`. Candidates are the pending gangs ([`Gang::is_pending`]) that
 //! [`fit`](super::fit()) places on the group's shape. A candidate's need is its `nodes_all` and
 //! `nodes_min` minus the nodes already requested for it and not yet used (`in_flight`); a
-//! candidate whose `nodes_all` is covered that way is *covered* and needs nothing.
+//! candidate whose `nodes_all` is covered that way is *covered* and needs nothing. A pending gang
+//! the group cannot host is *unhostable*. A gang the group could host but for a member's volume
+//! claim whose CSI driver cannot be resolved ([`Reason::UnresolvedClaim`]) is *held*: it is
+//! listed first among the deferred gangs with that reason and gets no nodes, since its attach
+//! count, and so its node count, is unknown (sizing it with those volumes counted toward no
+//! driver would under-count it, and the scheduler will not place it until they resolve).
 //!
 //! 1. **Admission.** Candidates are taken by priority (higher first), then age (older first),
 //!    then id. Each is admitted whole if its full need fits the headroom still left; otherwise
@@ -169,7 +174,8 @@ pub struct AdmittedGang {
     pub in_flight: u32,
 }
 
-/// A gang this group could host but that does not fit the headroom left.
+/// A gang this group could host but that does not fit the headroom left, or that is held
+/// because a member's volume claim has no resolvable CSI driver.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeferredGang {
@@ -179,7 +185,8 @@ pub struct DeferredGang {
     pub priority: i32,
     /// Nodes already requested for it and not yet used.
     pub in_flight: u32,
-    /// Why ([`Reason::InsufficientHeadroom`], with needs net of in-flight nodes).
+    /// Why: [`Reason::InsufficientHeadroom`], with needs net of in-flight nodes, or
+    /// [`Reason::UnresolvedClaim`] for a held gang.
     pub reason: Reason,
 }
 
@@ -261,13 +268,30 @@ struct Candidate<'a> {
 pub fn admit(input: &AdmissionInput<'_>) -> Decision {
     let headroom = input.max_size.saturating_sub(input.target);
     let mut unhostable = 0u32;
+    let mut held = Vec::new();
     let mut candidates = Vec::new();
     let mut covered = Vec::new();
     for gang in input.gangs.iter().filter(|g| g.is_pending()) {
-        let Some((nodes_all, nodes_min)) = input.shape.and_then(|s| fit_counts(gang, s).ok())
-        else {
-            unhostable += 1;
-            continue;
+        let fitted = input.shape.map(|s| (s, fit_counts(gang, s)));
+        let (nodes_all, nodes_min) = match fitted {
+            Some((_, Ok(counts))) => counts,
+            Some((shape, Err(reason @ Reason::UnresolvedClaim { .. })))
+                if fit_counts(&without_unresolved(gang), shape).is_ok() =>
+            {
+                // The group could host the gang but for volumes whose driver is unknown:
+                // held, so that it is neither sized from a partial count nor forgotten.
+                held.push(DeferredGang {
+                    gang: gang.id.clone(),
+                    priority: gang.priority,
+                    in_flight: input.in_flight.get(&gang.id).copied().unwrap_or(0),
+                    reason,
+                });
+                continue;
+            }
+            _ => {
+                unhostable += 1;
+                continue;
+            }
         };
         let in_flight = input.in_flight.get(&gang.id).copied().unwrap_or(0);
         if nodes_all <= in_flight {
@@ -296,7 +320,7 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
 
     let mut left = headroom;
     let mut admitted = Vec::new();
-    let mut deferred = Vec::new();
+    let mut deferred = held;
     for c in &candidates {
         let need_all = c.nodes_all - c.in_flight;
         let need_min = c.nodes_min.saturating_sub(c.in_flight);
@@ -391,6 +415,16 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
     decision
 }
 
+/// `gang` with every member's unresolved claims dropped: what the group could do for it once
+/// its volumes resolve (their attach counts aside).
+fn without_unresolved(gang: &Gang) -> Gang {
+    let mut gang = gang.clone();
+    for m in &mut gang.members {
+        m.demand.unresolved_claims.clear();
+    }
+    gang
+}
+
 /// At most this many gangs are named in a reason; the record lists them all.
 const NAMED: usize = 5;
 
@@ -417,7 +451,7 @@ fn deferred_names(d: &Decision) -> String {
             "{} needs {nodes_all} nodes ({nodes_min} for minCount) with {headroom} left",
             g.gang
         ),
-        other => format!("{}: {other}", g.gang),
+        other => format!("{} held: {other}", g.gang),
     })
 }
 

@@ -73,6 +73,15 @@ pub enum Reason {
         /// Attach limit per node.
         limit: u64,
     },
+    /// A pod's volume claim has no resolvable CSI driver (the claim, its bound volume or its
+    /// StorageClass does not exist): no node can host the pod until it resolves, and counting
+    /// its volumes toward no driver would under-count the nodes the gang needs.
+    UnresolvedClaim {
+        /// Pod name.
+        pod: String,
+        /// The claim's name.
+        claim: String,
+    },
     /// The gang fits the group's nodes, but not in the nodes still addable under max size.
     InsufficientHeadroom {
         /// Nodes needed to place every unbound member (after in-flight nodes).
@@ -96,6 +105,7 @@ impl Reason {
             Self::AffinityMismatch { .. } => "affinity_mismatch",
             Self::TopologyMissing { .. } => "topology_missing",
             Self::CsiLimit { .. } => "csi_limit",
+            Self::UnresolvedClaim { .. } => "unresolved_claim",
             Self::InsufficientHeadroom { .. } => "insufficient_headroom",
         }
     }
@@ -159,6 +169,10 @@ impl fmt::Display for Reason {
             } => write!(
                 f,
                 "pod {pod} attaches {volumes} volumes of {driver} but a node allows {limit}"
+            ),
+            Self::UnresolvedClaim { pod, claim } => write!(
+                f,
+                "pod {pod} uses persistentvolumeclaim {claim} whose CSI driver cannot be resolved"
             ),
             Self::InsufficientHeadroom {
                 nodes_all,

@@ -59,7 +59,7 @@ struct Packing {
 /// [`Reason::NothingToPlace`] when no member is unbound, [`Reason::TopologyMissing`], or the
 /// first member that cannot run on a fresh node alone ([`Reason::PodTooLarge`],
 /// [`Reason::CsiLimit`], [`Reason::Untolerated`], [`Reason::SelectorMismatch`],
-/// [`Reason::AffinityMismatch`]).
+/// [`Reason::AffinityMismatch`], [`Reason::UnresolvedClaim`]).
 pub fn fit(gang: &Gang, shape: &NodeShape) -> Result<GangFit, Reason> {
     let members: Vec<&Member> = gang.unbound().collect();
     let packing = pack_gang(gang, &members, shape, true)?;

@@ -15,6 +15,14 @@ pub(crate) fn check_into(
     shape: &NodeShape,
     row: &mut [u64],
 ) -> Result<(), Reason> {
+    // Checked first: whatever the group, the pod's attach count is unknown and the scheduler
+    // will not place it until the claim resolves.
+    if let Some(claim) = demand.unresolved_claims.first() {
+        return Err(Reason::UnresolvedClaim {
+            pod: pod.to_owned(),
+            claim: claim.clone(),
+        });
+    }
     tolerated(pod, demand, shape)?;
     selected(pod, demand, shape)?;
     row[CPU] = demand.cpu_milli;

@@ -64,6 +64,11 @@ impl PodBuilder {
         self.0.demand.volumes.insert(driver.to_owned(), n);
         self
     }
+    /// A volume claim whose CSI driver could not be resolved.
+    pub(super) fn unresolved(mut self, claim: &str) -> Self {
+        self.0.demand.unresolved_claims.push(claim.to_owned());
+        self
+    }
     pub(super) fn selector(mut self, key: &str, value: &str) -> Self {
         self.0
             .demand

@@ -10,6 +10,13 @@
 //! - a node's name is chosen when its capacity is requested and creating it is idempotent, so a
 //!   crash between "create the Node" and "record it" can never create a second node.
 //!
+//! While the API server cannot be reached, [`Provisioner::target_size`],
+//! [`Provisioner::instances`] and name lookups answer from what this process last read of the
+//! group ([`Error::Unreachable`] otherwise): the cluster is the only store, so nobody can have
+//! changed it meanwhile (short of a partition that leaves another writer connected). Every
+//! write this process attempts forgets what it had read of the group, since a write that
+//! failed may or may not have been applied. Writes fail with [`Error::Unreachable`].
+//!
 //! Each Node gets a CSINode carrying the template's CSI attach limits (a kubelet would publish
 //! one; the scheduler's volume-limit check reads it). An optional simulated CSI attacher marks
 //! this backend's VolumeAttachments attached, since kwok clusters have no external-attacher.
@@ -95,6 +102,13 @@ impl GroupRecord {
     }
 }
 
+/// What this process last read of a group, for reads while the API server is unreachable.
+#[derive(Debug, Clone, Default)]
+struct LastKnown {
+    target: Option<u32>,
+    instances: Option<Vec<Instance>>,
+}
+
 /// The kwok provisioning backend.
 pub struct KwokProvisioner {
     client: kube::Client,
@@ -103,6 +117,9 @@ pub struct KwokProvisioner {
     /// Serialises materialisation in this process (other processes are kept safe by the
     /// idempotent, name-based creation).
     materialize_lock: Mutex<()>,
+    /// What was last read of each group, and the number of writes attempted so far: a read or
+    /// write is remembered only if no other write started since it began.
+    last_known: std::sync::Mutex<(BTreeMap<NodeGroupId, LastKnown>, u64)>,
 }
 
 impl std::fmt::Debug for KwokProvisioner {
@@ -146,6 +163,16 @@ fn random_suffix() -> String {
     s
 }
 
+/// Whether `e` says the API server could not be reached or cannot serve now (as opposed to
+/// refusing the request).
+fn unreachable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
 fn spec(group: &NodeGroupSpec) -> KwokBackendSpec {
     match &group.backend {
         BackendSpec::Kwok(k) => k.clone(),
@@ -181,6 +208,57 @@ impl KwokProvisioner {
             settings,
             gpu_label: gpu_label.into(),
             materialize_lock: Mutex::new(()),
+            last_known: std::sync::Mutex::new((BTreeMap::new(), 0)),
+        }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, (BTreeMap<NodeGroupId, LastKnown>, u64)> {
+        self.last_known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The number of writes attempted so far; pass it to [`Self::remember`] after a read.
+    fn writes(&self) -> u64 {
+        self.known().1
+    }
+
+    /// Records what a read or write that began after `writes` writes found, unless another
+    /// write has started since (its result would be older than that write's).
+    fn remember(&self, writes: u64, group: &NodeGroupId, f: impl FnOnce(&mut LastKnown)) {
+        let mut known = self.known();
+        if known.1 == writes {
+            f(known.0.entry(group.clone()).or_default());
+        }
+    }
+
+    /// Forgets what was read of `group`: a write is about to change it, or may have. Returns
+    /// the write count to remember the write's own result with.
+    fn forget(&self, group: &NodeGroupId) -> u64 {
+        let mut known = self.known();
+        known.0.remove(group);
+        known.1 += 1;
+        known.1
+    }
+
+    /// `err`, unless it says the API server is unreachable and `pick` finds an answer in what
+    /// was last read of `group`.
+    fn last_known<T>(
+        &self,
+        group: &NodeGroupId,
+        err: Error,
+        what: &'static str,
+        pick: impl FnOnce(&LastKnown) -> Option<T>,
+    ) -> Result<T> {
+        if !matches!(err, Error::Unreachable { .. }) {
+            return Err(err);
+        }
+        match self.known().0.get(group).and_then(pick) {
+            Some(v) => {
+                debug!(node_group.id = %group, error = %err, what, "API server unreachable; answering from the last state read");
+                Ok(v)
+            }
+            None => Err(err),
         }
     }
 
@@ -208,10 +286,19 @@ impl KwokProvisioner {
     }
 
     fn backend_error(group: &NodeGroupId, what: &str, e: &kube::Error) -> Error {
-        Error::Backend {
-            group: group.clone(),
-            backend: "kwok",
-            message: format!("{what}: {e}"),
+        let (group, backend, message) = (group.clone(), "kwok", format!("{what}: {e}"));
+        if unreachable(e) {
+            Error::Unreachable {
+                group,
+                backend,
+                message,
+            }
+        } else {
+            Error::Backend {
+                group,
+                backend,
+                message,
+            }
         }
     }
 
@@ -310,11 +397,15 @@ impl KwokProvisioner {
             cm.data
                 .get_or_insert_with(BTreeMap::new)
                 .insert(group.id.to_string(), text);
+            let writes = self.forget(&group.id);
             match api
                 .replace(&self.settings.state_config_map, &PostParams::default(), &cm)
                 .await
             {
-                Ok(_) => return Ok((record, out)),
+                Ok(_) => {
+                    self.remember(writes, &group.id, |k| k.target = Some(record.target));
+                    return Ok((record, out));
+                }
                 Err(kube::Error::Api(s)) if s.is_conflict() => {
                     debug!(node_group.id = %group.id, "state update conflicted; retrying");
                     let jitter = std::collections::hash_map::RandomState::new()
@@ -432,6 +523,7 @@ impl KwokProvisioner {
     /// Creates the Node (idempotent by name) and its CSINode.
     async fn create_node(&self, group: &NodeGroupSpec, name: &str) -> Result<()> {
         let node = self.node_object(group, name)?;
+        let _ = self.forget(&group.id);
         let created = match self.nodes_api().create(&PostParams::default(), &node).await {
             Ok(n) => n,
             Err(kube::Error::Api(s)) if s.is_already_exists() => {
@@ -505,6 +597,7 @@ impl KwokProvisioner {
     }
 
     async fn delete_node(&self, group: &NodeGroupId, name: &str) -> Result<()> {
+        let _ = self.forget(group);
         match self
             .nodes_api()
             .delete(name, &DeleteParams::default())
@@ -790,7 +883,14 @@ impl Provisioner for KwokProvisioner {
     }
 
     async fn target_size(&self, group: &NodeGroupSpec) -> Result<u32> {
-        Ok(self.record(group).await?.target)
+        let writes = self.writes();
+        match self.record(group).await {
+            Ok(record) => {
+                self.remember(writes, &group.id, |k| k.target = Some(record.target));
+                Ok(record.target)
+            }
+            Err(e) => self.last_known(&group.id, e, "target size", |k| k.target),
+        }
     }
 
     async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
@@ -915,6 +1015,61 @@ impl Provisioner for KwokProvisioner {
     }
 
     async fn instances(&self, group: &NodeGroupSpec) -> Result<Vec<Instance>> {
+        match self.read_instances(group).await {
+            Ok((writes, target, instances)) => {
+                self.remember(writes, &group.id, |k| {
+                    k.target = Some(target);
+                    k.instances = Some(instances.clone());
+                });
+                Ok(instances)
+            }
+            Err(e) => self.last_known(&group.id, e, "instances", |k| k.instances.clone()),
+        }
+    }
+
+    async fn lookup(&self, node: &NodeRef) -> Result<Option<NodeGroupId>> {
+        if !node.provider_id.is_empty() {
+            return Ok(parse_provider_id(&node.provider_id).map(|(g, _)| NodeGroupId::new(g)));
+        }
+        if node.name.is_empty() {
+            return Ok(None);
+        }
+        match self.nodes_api().get_opt(&node.name).await {
+            Ok(Some(n)) => Ok(n
+                .metadata
+                .labels
+                .as_ref()
+                .filter(|l| l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY))
+                .and_then(|l| l.get(labels::NODE_GROUP))
+                .map(NodeGroupId::new)),
+            Ok(None) => Ok(None),
+            Err(e) => {
+                let err = Self::backend_error(&NodeGroupId::new(""), "reading a node", &e);
+                if !matches!(err, Error::Unreachable { .. }) {
+                    return Err(err);
+                }
+                // Only a node among the instances last read can be answered for.
+                let known = self.known();
+                let found = known.0.iter().find(|(_, k)| {
+                    k.instances
+                        .iter()
+                        .flatten()
+                        .any(|i| i.node_name == node.name)
+                });
+                match found {
+                    Some((group, _)) => Ok(Some(group.clone())),
+                    None => Err(err),
+                }
+            }
+        }
+    }
+}
+
+impl KwokProvisioner {
+    /// The group's target and instances, read from the cluster (after materialising), with
+    /// the write count before the reads.
+    async fn read_instances(&self, group: &NodeGroupSpec) -> Result<(u64, u32, Vec<Instance>)> {
+        let writes = self.writes();
         let record = self.materialize_record(group).await?;
         let nodes = self.list_nodes(&group.id).await?;
         let mut out: Vec<Instance> = nodes
@@ -947,37 +1102,85 @@ impl Provisioner for KwokProvisioner {
             }),
         }));
         out.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(out)
-    }
-
-    async fn lookup(&self, node: &NodeRef) -> Result<Option<NodeGroupId>> {
-        if !node.provider_id.is_empty() {
-            return Ok(parse_provider_id(&node.provider_id).map(|(g, _)| NodeGroupId::new(g)));
-        }
-        if node.name.is_empty() {
-            return Ok(None);
-        }
-        match self.nodes_api().get_opt(&node.name).await {
-            Ok(Some(n)) => Ok(n
-                .metadata
-                .labels
-                .as_ref()
-                .filter(|l| l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY))
-                .and_then(|l| l.get(labels::NODE_GROUP))
-                .map(NodeGroupId::new)),
-            Ok(None) => Ok(None),
-            Err(e) => Err(Self::backend_error(
-                &NodeGroupId::new(""),
-                "reading a node",
-                &e,
-            )),
-        }
+        Ok((writes, record.target, out))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A backend whose API server is a closed loopback port: every request fails to connect.
+    fn unreachable_backend() -> KwokProvisioner {
+        let url: hyper::Uri = "http://127.0.0.1:1".parse().unwrap();
+        let client = kube::Client::try_from(kube::Config::new(url)).unwrap();
+        KwokProvisioner::new(client, KubernetesSettings::default(), "gpu.product")
+    }
+
+    fn instance(node: &str) -> Instance {
+        Instance {
+            id: provider_id(&NodeGroupId::new("g"), node),
+            node_name: node.into(),
+            state: InstanceState::Running,
+            error: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_api_server_is_answered_from_the_last_read_until_a_write_is_tried() {
+        let p = unreachable_backend();
+        let mut g = crate::testing::group("g", 0, 4);
+        g.backend = BackendSpec::Kwok(spec(&g));
+        // Nothing read yet: the failure is reported, typed as unreachable.
+        let err = p.target_size(&g).await.unwrap_err();
+        assert!(matches!(err, Error::Unreachable { .. }), "{err}");
+        assert!(err.to_string().contains("node group g"), "{err}");
+
+        // As if a read had succeeded before the outage.
+        let writes = p.writes();
+        p.remember(writes, &g.id, |k| {
+            k.target = Some(3);
+            k.instances = Some(vec![instance("g-a")]);
+        });
+        assert_eq!(p.target_size(&g).await.unwrap(), 3);
+        assert_eq!(p.instances(&g).await.unwrap(), [instance("g-a")]);
+        let by_name = NodeRef {
+            provider_id: String::new(),
+            name: "g-a".into(),
+        };
+        assert_eq!(p.lookup(&by_name).await.unwrap(), Some(g.id.clone()));
+
+        // A write that fails before sending anything (reading the state failed) changes
+        // nothing; one that was sent may have been applied, so memory is forgotten.
+        let err = p.increase(&g, 1).await.unwrap_err();
+        assert!(matches!(err, Error::Unreachable { .. }), "{err}");
+        assert_eq!(p.target_size(&g).await.unwrap(), 3);
+        let _ = p.forget(&g.id);
+        assert!(p.target_size(&g).await.is_err());
+        assert!(p.instances(&g).await.is_err());
+
+        // A read that began before a write is not remembered.
+        let before = p.writes();
+        let _ = p.forget(&g.id);
+        p.remember(before, &g.id, |k| k.target = Some(1));
+        assert!(p.target_size(&g).await.is_err());
+    }
+
+    #[test]
+    fn refusals_are_not_outages_but_5xx_and_throttling_are() {
+        let status = |code: u16| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..kube::core::Status::default()
+            }))
+        };
+        assert!(unreachable(&status(503)));
+        assert!(unreachable(&status(500)));
+        assert!(unreachable(&status(429)));
+        assert!(!unreachable(&status(403)));
+        assert!(!unreachable(&status(409)));
+        assert!(!unreachable(&status(404)));
+    }
 
     #[test]
     fn provider_ids_round_trip() {

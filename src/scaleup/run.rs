@@ -19,6 +19,11 @@
 //! 4. marks the nodes of scale-ups whose gang lifecycle is still open so CA's scale-down leaves
 //!    them alone, and releases the ones whose scale-up ended ([`protect`](super::protect)).
 //!
+//! While the cluster view is stale ([`ClusterView::stale`]: a watch failed, e.g. the API
+//! server is down, and has not listed again) ticks are skipped: no record is computed from
+//! objects that may be behind. The first tick after the view is current decides from it; time
+//! spent stale still counts toward the lifecycle timeouts (the nodes really were not there).
+//!
 //! Depends on `cluster` (the view), `audit` (record types), `events` (the publisher), `metrics`
 //! and `model`. It reaches the backends only through [`InstanceSource`], which the engine
 //! implements, and reads the clock it is given.
@@ -39,7 +44,7 @@ use super::protect::{Marker, Marks, plan, wanted};
 use super::recorder::{Appended, Recorder};
 use super::track::Open;
 use crate::audit::{Event, Outcome};
-use crate::cluster::{self, ClusterView, GangView, ObjectSet, Unseen};
+use crate::cluster::{self, ClusterView, GangView, ObjectSet, Stale, Unseen};
 use crate::events::{EventPublisher, REASON_NOT_SEEN};
 use crate::metrics::{GroupLabels, Metrics, ScaleUpOutcomeLabels};
 use crate::model::{GangRef, Instance, InstanceState};
@@ -86,6 +91,8 @@ pub struct Loop {
     /// Gangs already warned about as unseen, for as long as they stay unseen: one Event per
     /// gang and episode, and a gang that relapses after being seen is warned about again.
     warned: BTreeSet<GangRef>,
+    /// The last tick was skipped because the view was stale.
+    paused: bool,
 }
 
 impl std::fmt::Debug for Loop {
@@ -124,6 +131,7 @@ impl Loop {
             protect: false,
             no_verdict_after: DEFAULT_NO_VERDICT_AFTER,
             warned: BTreeSet::new(),
+            paused: false,
         }
     }
 
@@ -164,6 +172,12 @@ impl Loop {
                 _ = tick.tick() => {}
             }
             if !self.view.is_ready() {
+                continue;
+            }
+            let stale = self.view.stale();
+            if pause(&self.metrics, &mut self.paused, stale.as_ref()) {
+                // Not counted: the pending gangs of a view that may be behind are not known.
+                last_ms = None;
                 continue;
             }
             let now_ms = (self.now_ms)();
@@ -323,6 +337,23 @@ impl Loop {
             events.publish(events_for(a));
         }
     }
+}
+
+/// Whether to skip a tick because the view is `stale`: nothing is observed, recorded,
+/// protected or released from objects that may be behind the cluster, so an outage neither
+/// ends a lifecycle nor moves it on. Sets the staleness gauge; `paused` (the last tick was
+/// skipped) makes each change logged once.
+fn pause(m: &Metrics, paused: &mut bool, stale: Option<&Stale>) -> bool {
+    m.cluster_view_stale.set(i64::from(stale.is_some()));
+    match (stale, *paused) {
+        (Some(s), false) => {
+            warn!(stale = %s, "cluster view stale; scale-up lifecycles paused until it is current");
+        }
+        (None, true) => info!("cluster view current again; scale-up lifecycles resumed"),
+        _ => {}
+    }
+    *paused = stale.is_some();
+    *paused
 }
 
 /// Sets the gauge of gangs Cluster Autoscaler cannot see to `unseen`'s length, logs each gang
@@ -527,6 +558,24 @@ mod tests {
         events: &'a [(GangRef, &'static str, &'static str, String)],
     ) -> Vec<&'a str> {
         events.iter().map(|(g, ..)| g.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_stale_view_pauses_the_loop_and_sets_the_gauge_until_it_is_current() {
+        let m = Metrics::new();
+        let mut paused = false;
+        assert!(!pause(&m, &mut paused, None));
+        assert_eq!(sample(&m, "gangscaler_cluster_view_stale"), Some(0.0));
+        let stale = Stale {
+            kinds: vec!["Pod".into()],
+            for_: Duration::from_secs(3),
+        };
+        assert!(pause(&m, &mut paused, Some(&stale)));
+        assert!(pause(&m, &mut paused, Some(&stale)));
+        assert_eq!(sample(&m, "gangscaler_cluster_view_stale"), Some(1.0));
+        assert!(!pause(&m, &mut paused, None));
+        assert!(!paused);
+        assert_eq!(sample(&m, "gangscaler_cluster_view_stale"), Some(0.0));
     }
 
     #[test]

@@ -210,6 +210,10 @@ pub struct Cluster {
     /// Admin kubeconfig.
     pub kubeconfig: PathBuf,
     procs: Vec<Proc>,
+    /// kube-apiserver's binary and flags, to start it again on the same port and etcd.
+    apiserver: (PathBuf, Vec<String>),
+    /// How many times kube-apiserver was started (names its log files).
+    apiserver_starts: u32,
 }
 
 struct Pki {
@@ -366,6 +370,8 @@ impl Cluster {
             dir: dir.clone(),
             kubeconfig: kubeconfig.clone(),
             procs: Vec::new(),
+            apiserver: (PathBuf::new(), Vec::new()),
+            apiserver_starts: 0,
         };
 
         let mut etcd = Command::new(versions.bin("etcd", "etcd"));
@@ -384,8 +390,7 @@ impl Cluster {
 
         let gates = versions.gates.clone();
         let d = |f: &str| dir.join(f).display().to_string();
-        let mut api = Command::new(versions.bin("k8s", "kube-apiserver"));
-        api.args([
+        let api_args: Vec<String> = [
             &format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
@@ -403,10 +408,12 @@ impl Cluster {
             &format!("--feature-gates={gates}"),
             &format!("--runtime-config={}=true", versions.gang_api),
             "--v=1",
-        ]);
-        cluster
-            .procs
-            .push(Proc::spawn_logged("kube-apiserver", &dir, api));
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        cluster.apiserver = (versions.bin("k8s", "kube-apiserver"), api_args);
+        cluster.spawn_apiserver();
         cluster.wait_ready().await;
 
         let kc = kubeconfig.display().to_string();
@@ -478,6 +485,44 @@ impl Cluster {
         cluster.procs.push(Proc::spawn_logged("kwok", &dir, kwok));
         cluster.wait_default_service_account().await;
         cluster
+    }
+
+    /// Starts kube-apiserver with the flags of the first start (same port, same etcd); its
+    /// log is `kube-apiserver.log`, then `kube-apiserver-2.log`, ...
+    fn spawn_apiserver(&mut self) {
+        self.apiserver_starts += 1;
+        let name = match self.apiserver_starts {
+            1 => "kube-apiserver".to_owned(),
+            n => format!("kube-apiserver-{n}"),
+        };
+        let mut cmd = Command::new(&self.apiserver.0);
+        cmd.args(&self.apiserver.1);
+        self.procs.push(Proc::spawn_logged(&name, &self.dir, cmd));
+    }
+
+    /// Stops kube-apiserver (by pid: SIGTERM, then SIGKILL after 10 s), leaving etcd and every
+    /// other component running, like an API-server outage.
+    pub fn stop_apiserver(&mut self) {
+        let i = self
+            .procs
+            .iter()
+            .position(|p| p.name.starts_with("kube-apiserver"))
+            .expect("kube-apiserver is running");
+        let mut api = self.procs.remove(i);
+        api.stop();
+    }
+
+    /// Starts kube-apiserver again on the same port and etcd, and waits until it answers.
+    pub async fn restart_apiserver(&mut self) {
+        assert!(
+            !self
+                .procs
+                .iter()
+                .any(|p| p.name.starts_with("kube-apiserver")),
+            "kube-apiserver is already running"
+        );
+        self.spawn_apiserver();
+        self.wait_ready().await;
     }
 
     /// An admin client.

@@ -7,6 +7,7 @@
 //!   `docs/e2e-results.md`.
 //! - `alone`: gangscaler without CA (the kwok backend, the cluster view, and gangscaler's own
 //!   side of the gRPC contract).
+//! - `outage`: gangscaler alone while kube-apiserver is stopped and started again.
 //!
 //! These tests need the binaries from `tests/e2e/build.sh`; they are `#[ignore]`d so a plain
 //! `cargo test` does not need them. Run: `tests/e2e/build.sh --legacy-ca && cargo test
@@ -26,6 +27,7 @@ mod ca_lifecycle;
 mod ca_scaleup;
 mod ca_wire;
 mod harness;
+mod outage;
 mod scenario;
 
 use std::process::Command;

@@ -322,3 +322,51 @@ fn the_reason_names_only_the_first_few_gangs() {
     assert!(d.reason.contains("and 3 more"), "{}", d.reason);
     assert_eq!(d.deferred.len(), 8);
 }
+
+#[test]
+fn a_gang_with_an_unresolved_claim_is_held_and_never_sized_from_a_partial_count() {
+    // Each member needs 1 GPU: without its volumes all 8 would share one node.
+    let unresolved = gang("ckpt")
+        .min(8)
+        .priority(100)
+        .members(8, |p| p.gpus(1).gpu_tolerant().unresolved("ckpt-data"))
+        .build();
+    let d = case(16, 0, 1, vec![unresolved.clone()]).decide();
+    assert_eq!(
+        (d.verdict, d.rule, d.applied_delta),
+        (Verdict::Reject, Rule::NoGangFits, 0)
+    );
+    assert_eq!(deferred(&d), ["ckpt"]);
+    assert_eq!(d.deferred[0].reason.kind(), "unresolved_claim");
+    assert!(
+        d.reason
+            .contains("ml/ckpt held: pod ckpt-0 uses persistentvolumeclaim ckpt-data"),
+        "{}",
+        d.reason
+    );
+    assert_eq!(d.unhostable, 0);
+
+    // A held gang takes no headroom: a resolvable gang behind it is admitted whole.
+    let d = case(
+        16,
+        0,
+        1,
+        vec![unresolved.clone(), whole_node_gang("train", 2, 2)],
+    )
+    .decide();
+    assert_eq!(admitted(&d), [("train", 2, Extent::Whole)]);
+    assert_eq!(deferred(&d), ["ckpt"]);
+    assert_eq!(d.applied_delta, 2);
+
+    // A gang this group could not host anyway stays merely unhostable.
+    let elsewhere = gang("cpu-only")
+        .min(2)
+        .members(2, |p| p.cpus(1).selector("pool", "cpu").unresolved("x"))
+        .build();
+    let d = case(16, 0, 1, vec![elsewhere]).decide();
+    assert_eq!(
+        (d.rule, d.unhostable, d.applied_delta),
+        (Rule::NoGangs, 1, 1)
+    );
+    assert!(d.deferred.is_empty());
+}

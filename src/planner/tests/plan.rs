@@ -140,6 +140,10 @@ fn every_reason_serializes_its_kind_label_and_displays_its_numbers() {
             nodes_min: 6,
             headroom: 5,
         },
+        Reason::UnresolvedClaim {
+            pod: "p".into(),
+            claim: "data".into(),
+        },
     ];
     for r in &reasons {
         let json = serde_json::to_value(r).unwrap();
@@ -156,6 +160,10 @@ fn every_reason_serializes_its_kind_label_and_displays_its_numbers() {
     assert_eq!(
         reasons[8].to_string(),
         "gang needs 8 nodes (6 for minCount) but 5 can be added"
+    );
+    assert_eq!(
+        reasons[9].to_string(),
+        "pod p uses persistentvolumeclaim data whose CSI driver cannot be resolved"
     );
     let cpu = Reason::PodTooLarge {
         pod: "p".into(),
