@@ -511,7 +511,7 @@ fn run_template(group: &str, dir: PathBuf, output: Output) -> anyhow::Result<()>
             )
         })?;
     let text = match output {
-        Output::Yaml => serde_yaml::to_string(&template).context("encoding YAML")?,
+        Output::Yaml => crate::yaml::to_string(&template).context("encoding YAML")?,
         Output::Json => serde_json::to_string_pretty(&template).context("encoding JSON")? + "\n",
     };
     print!("{text}");
@@ -542,8 +542,8 @@ async fn run_plan(
     }
     let set = match &objects {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
+            // Bounded: an object file larger than the limit is refused before it is parsed.
+            let text = crate::yaml::read_file(path, &crate::yaml::OBJECTS)?;
             crate::cluster::ObjectSet::from_yaml_documents(&text)
                 .with_context(|| format!("reading objects from {}", path.display()))?
         }

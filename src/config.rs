@@ -1,7 +1,9 @@
 //! Provider and node-group configuration: YAML files under one directory, environment
 //! overrides, and validation that reports every error at once with its file, field path and
-//! value. Depends on `model` only (plus the `config` crate for loading).
+//! value. Depends on `model`, `planner` (the admission policy type) and `yaml` (bounded
+//! reading and parsing).
 
+mod env;
 mod load;
 mod validate;
 mod walk;
@@ -56,7 +58,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A file is not valid YAML (or an override is malformed).
+    /// A configuration path is not a regular file (a directory, a FIFO, a device).
+    #[error("{} is a {kind}, not a regular file", path.display())]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// A configuration file is larger than [`MAX_FILE_BYTES`].
+    #[error("{} is larger than the {} limit for configuration files", path.display(), crate::yaml::Size(*limit))]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// A file is not valid YAML, exceeds the YAML budget (alias expansion, nesting, node
+    /// count), or an override is malformed.
     #[error("parsing {}: {message}", path.display())]
     Parse {
         /// The path.
@@ -68,6 +87,20 @@ pub enum Error {
     #[error("{} invalid setting(s):\n  {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
     Invalid(Vec<FieldError>),
 }
+
+impl From<crate::yaml::ReadError> for Error {
+    fn from(e: crate::yaml::ReadError) -> Self {
+        use crate::yaml::ReadError;
+        match e {
+            ReadError::Io { path, source } => Self::Read { path, source },
+            ReadError::NotAFile { path, kind } => Self::NotAFile { path, kind },
+            ReadError::TooLarge { path, limit } => Self::TooLarge { path, limit },
+        }
+    }
+}
+
+/// Largest configuration file read (`provider.yaml` or a node-group file): 1 MiB.
+pub const MAX_FILE_BYTES: u64 = crate::yaml::CONFIG.max_bytes;
 
 /// Result alias for this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,5 +1,5 @@
 //! Reading the configuration directory: the provider file plus one YAML file per node group,
-//! each with environment overrides applied through the `config` crate.
+//! each read under the [`yaml::CONFIG`] limits, with environment overrides applied on top.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::walk::Errors;
-use super::{Error, FieldError, Loaded, Result, validate};
+use super::{Error, FieldError, Loaded, Result, env, validate};
+use crate::yaml;
 
 /// Name of the provider file inside the configuration directory.
 pub const PROVIDER_FILE: &str = "provider.yaml";
@@ -118,12 +119,10 @@ impl Source {
         let mut h = DefaultHasher::new();
         let provider = self.dir.join(PROVIDER_FILE);
         for file in std::iter::once(provider).chain(self.group_files(node_groups_dir)?) {
-            let bytes = std::fs::read(&file).map_err(|source| Error::Read {
-                path: file.clone(),
-                source,
-            })?;
+            // Bounded like every configuration read: an oversized file is an error here too.
+            let text = yaml::read_file(&file, &yaml::CONFIG).map_err(Error::from)?;
             file.hash(&mut h);
-            bytes.hash(&mut h);
+            text.hash(&mut h);
         }
         Ok(Fingerprint(h.finish()))
     }
@@ -153,30 +152,32 @@ impl Source {
     }
 
     fn read_doc(&self, path: &Path, env_prefix: &str) -> Result<Value> {
-        // Read first so a missing file is an I/O error naming the path, not a parse error.
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut env = config::Environment::with_prefix(env_prefix)
-            .prefix_separator("__")
-            .separator("__")
-            .try_parsing(true)
-            .convert_case(config::Case::Camel);
-        if let Some(map) = &self.env {
-            env = env.source(Some(map.clone().into_iter().collect()));
-        }
-        let built = config::Config::builder()
-            .add_source(config::File::from_str(&text, config::FileFormat::Yaml))
-            .add_source(env)
-            .build()
-            .map_err(|e| Error::Parse {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
-        built.try_deserialize::<Value>().map_err(|e| Error::Parse {
+        let text = yaml::read_file(path, &yaml::CONFIG).map_err(Error::from)?;
+        let mut doc = yaml::config_value(&text, &yaml::CONFIG).map_err(|e| Error::Parse {
             path: path.to_path_buf(),
             message: e.to_string(),
-        })
+        })?;
+        if doc.is_null() {
+            // An empty file is an empty mapping, so its required fields are named.
+            doc = Value::Object(serde_json::Map::new());
+        }
+        let overrides = match &self.env {
+            Some(map) => env::overrides(
+                map.iter().map(|(k, v)| (k.clone(), Ok(v.clone()))),
+                env_prefix,
+            ),
+            None => env::overrides(
+                std::env::vars_os().filter_map(|(k, v)| {
+                    Some((k.into_string().ok()?, v.into_string().map_err(|_| ())))
+                }),
+                env_prefix,
+            ),
+        }
+        .map_err(|message| Error::Parse {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        env::apply(&mut doc, overrides);
+        Ok(doc)
     }
 }

@@ -1,0 +1,214 @@
+//! Hostile and careless configuration (issue 10): YAML alias bombs, oversized and deeply
+//! nested files, directory entries that are not readable regular files, TLS material that
+//! `serve` would refuse, follow-on error noise, and the ephemeral-storage default. Every
+//! configuration directory is written into a temporary directory and loaded through
+//! `Source::with_env`, so nothing here reads the process environment.
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] fns: a panic is the test failure"
+)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use gangscaler::config::{Error, Loaded, MAX_FILE_BYTES, Source};
+use tempfile::TempDir;
+
+/// A valid provider file: plaintext on loopback.
+const PROVIDER: &str = "server:\n  address: \"127.0.0.1:8086\"\n  plaintext: true\n";
+
+/// A valid node group for `gpu-a.yaml`.
+const GPU_A: &str = "id: gpu-a\nminSize: 0\nmaxSize: 4\ninstanceType: p5.48xlarge\n\
+                     region: us-east-1\nzone: us-east-1a\n\
+                     capacity: {cpu: \"192\", memory: 2048Gi, ephemeralStorage: 7600Gi, pods: 110}\n";
+
+struct ConfigDir {
+    tmp: TempDir,
+}
+
+impl ConfigDir {
+    fn new(provider: &str) -> Self {
+        let tmp = tempfile::tempdir().expect("creating a temporary directory");
+        std::fs::create_dir(tmp.path().join("nodegroups")).expect("creating nodegroups/");
+        let dir = Self { tmp };
+        dir.write("provider.yaml", provider);
+        dir
+    }
+
+    fn group(self, file: &str, yaml: &str) -> Self {
+        self.write(&format!("nodegroups/{file}"), yaml);
+        self
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        std::fs::write(self.path().join(rel), text).expect("writing a config file");
+    }
+
+    fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    fn load(&self) -> Result<Loaded, Error> {
+        Source::with_env(self.path(), HashMap::new()).load()
+    }
+}
+
+/// Runs the built binary with `args` under a 4 GiB address-space limit, without any
+/// `GANGSCALER*` or `RUST_LOG` variable of the test process leaking into it.
+fn gangscaler_bounded(args: &[&str]) -> Output {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("ulimit -v 4194304 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_gangscaler"))
+        .args(args);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("GANGSCALER") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env_remove("RUST_LOG")
+        .output()
+        .expect("running the gangscaler binary")
+}
+
+/// A "billion laughs" document of `levels` (at most 26) anchors `a`, `b`, ..., each a list of
+/// nine aliases of the one before; fully expanded it has 9^levels scalars.
+fn alias_bomb(levels: u8) -> String {
+    let mut text = String::from("a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n");
+    for i in 1..levels {
+        let (prev, name) = (char::from(b'a' + i - 1), char::from(b'a' + i));
+        let items = vec![format!("*{prev}"); 9].join(",");
+        text.push_str(&format!("{name}: &{name} [{items}]\n"));
+    }
+    text
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Bounded YAML
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn an_alias_bomb_in_a_node_group_file_is_a_parse_error_naming_the_file() {
+    // 9^6 scalars when expanded: small enough not to hurt if the budget ever regressed.
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &format!("{GPU_A}{}", alias_bomb(6)));
+    match dir.load() {
+        Err(Error::Parse { path, message }) => {
+            assert_eq!(path, dir.path().join("nodegroups/gpu-a.yaml"));
+            assert!(message.contains("line"), "{message}");
+        }
+        other => panic!("expected Error::Parse, got {other:#?}"),
+    }
+}
+
+#[test]
+fn an_alias_bomb_in_the_provider_file_is_a_parse_error_naming_it() {
+    let dir = ConfigDir::new(&format!("{PROVIDER}{}", alias_bomb(6).replace("a:", "x:")))
+        .group("gpu-a.yaml", GPU_A);
+    match dir.load() {
+        Err(Error::Parse { path, .. }) => assert_eq!(path, dir.path().join("provider.yaml")),
+        other => panic!("expected Error::Parse, got {other:#?}"),
+    }
+}
+
+#[test]
+fn validate_refuses_a_400_byte_alias_bomb_in_bounded_memory() {
+    let bomb = alias_bomb(9);
+    assert!(bomb.len() < 400, "{} bytes", bomb.len());
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &bomb);
+    let out = gangscaler_bounded(&["validate", dir.path().to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    // An allocation failure would abort without naming the file.
+    assert!(stderr.contains("gpu-a.yaml"), "{stderr}");
+    assert!(
+        stderr.contains("alias") || stderr.contains("budget"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_config_file_over_the_limit_is_refused_naming_the_file_and_the_limit() {
+    let filler = "#".repeat(usize::try_from(MAX_FILE_BYTES).unwrap());
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &format!("{GPU_A}{filler}\n"));
+    let err = dir.load().expect_err("too large");
+    match &err {
+        Error::TooLarge { path, limit } => {
+            assert_eq!(path, &dir.path().join("nodegroups/gpu-a.yaml"));
+            assert_eq!(*limit, 1 << 20);
+        }
+        other => panic!("expected Error::TooLarge, got {other:#?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("gpu-a.yaml") && text.contains("1 MiB"),
+        "{text}"
+    );
+    // Just under the limit is fine.
+    let filler = "#".repeat(usize::try_from(MAX_FILE_BYTES).unwrap() - GPU_A.len() - 1);
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &format!("{GPU_A}{filler}\n"));
+    dir.load().unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn deeply_nested_yaml_is_a_parse_error_not_a_stack_overflow() {
+    let deep = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &format!("{GPU_A}labels: {deep}\n"));
+    match dir.load() {
+        Err(Error::Parse { path, .. }) => {
+            assert_eq!(path, dir.path().join("nodegroups/gpu-a.yaml"));
+        }
+        other => panic!("expected Error::Parse, got {other:#?}"),
+    }
+}
+
+#[test]
+fn label_values_keep_yaml_1_2_scalars_as_written() {
+    let dir = ConfigDir::new(PROVIDER).group(
+        "gpu-a.yaml",
+        &format!("{GPU_A}labels: {{gangscaler.io/a: yes, gangscaler.io/b: \"on\", gangscaler.io/rack: 007}}\n"),
+    );
+    let loaded = dir.load().unwrap_or_else(|e| panic!("{e}"));
+    let labels = &loaded.groups[0].labels;
+    assert_eq!(labels["gangscaler.io/a"], "yes");
+    assert_eq!(labels["gangscaler.io/b"], "on");
+    assert_eq!(labels["gangscaler.io/rack"], "007");
+}
+
+#[test]
+fn duplicate_keys_are_a_parse_error() {
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &format!("{GPU_A}maxSize: 9\n"));
+    match dir.load() {
+        Err(Error::Parse { path, message }) => {
+            assert_eq!(path, dir.path().join("nodegroups/gpu-a.yaml"));
+            assert!(message.contains("duplicate"), "{message}");
+        }
+        other => panic!("expected Error::Parse, got {other:#?}"),
+    }
+}
+
+#[test]
+fn template_yaml_output_reads_back_as_the_json_output() {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("provider-configs");
+    let shipped = shipped.to_str().unwrap();
+    let yaml = gangscaler_bounded(&["template", "h100-8x", "--config", shipped, "-o", "yaml"]);
+    assert!(
+        yaml.status.success(),
+        "{}",
+        String::from_utf8_lossy(&yaml.stderr)
+    );
+    let json = gangscaler_bounded(&["template", "h100-8x", "--config", shipped, "-o", "json"]);
+    assert!(
+        json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let from_yaml = gangscaler::yaml::config_value(
+        &String::from_utf8(yaml.stdout).unwrap(),
+        &gangscaler::yaml::OBJECTS,
+    )
+    .unwrap();
+    let from_json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(from_yaml, from_json);
+}
