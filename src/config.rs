@@ -46,6 +46,21 @@ impl fmt::Display for FieldError {
     }
 }
 
+/// A node-group directory entry that cannot be read as a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unusable {
+    /// The entry.
+    pub path: PathBuf,
+    /// Why it cannot be used, e.g. "is a directory, not a regular file".
+    pub reason: String,
+}
+
+impl fmt::Display for Unusable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.reason)
+    }
+}
+
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -58,6 +73,11 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Entries of the node-group directory named `*.yaml`/`*.yml` that are not (symbolic
+    /// links to) regular files: directories, dangling symlinks, symlink loops, FIFOs. Every
+    /// one is listed.
+    #[error("{} unusable node-group file(s):\n  {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+    Unusable(Vec<Unusable>),
     /// A configuration path is not a regular file (a directory, a FIFO, a device).
     #[error("{} is a {kind}, not a regular file", path.display())]
     NotAFile {

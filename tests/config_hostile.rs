@@ -212,3 +212,105 @@ fn template_yaml_output_reads_back_as_the_json_output() {
     let from_json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(from_yaml, from_json);
 }
+
+// ---------------------------------------------------------------------------------------------
+// 2. Directory entries that are not readable regular files
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn yaml_entries_that_are_not_regular_files_are_each_named() {
+    use std::os::unix::fs::symlink;
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
+    let groups = dir.path().join("nodegroups");
+    std::fs::create_dir(groups.join("a-dir.yaml")).unwrap();
+    symlink("missing.yaml", groups.join("dangling.yaml")).unwrap();
+    symlink("loop.yml", groups.join("loop.yml")).unwrap();
+    let fifo = Command::new("mkfifo")
+        .arg(groups.join("pipe.yaml"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    let err = dir.load().expect_err("unusable entries");
+    let Error::Unusable(list) = &err else {
+        panic!("expected Error::Unusable, got {err:#?}")
+    };
+    let reasons: Vec<(String, &str)> = list
+        .iter()
+        .map(|u| {
+            (
+                u.path.file_name().unwrap().to_string_lossy().into_owned(),
+                u.reason.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(reasons.len(), 4, "{reasons:#?}");
+    assert_eq!(reasons[0].0, "a-dir.yaml");
+    assert!(reasons[0].1.contains("directory"), "{reasons:?}");
+    assert_eq!(reasons[1].0, "dangling.yaml");
+    assert!(
+        reasons[1].1.contains("dangling") && reasons[1].1.contains("missing.yaml"),
+        "{reasons:?}"
+    );
+    assert_eq!(reasons[2].0, "loop.yml");
+    assert!(reasons[2].1.contains("cannot be followed"), "{reasons:?}");
+    assert_eq!(reasons[3].0, "pipe.yaml");
+    assert!(reasons[3].1.contains("FIFO"), "{reasons:?}");
+    // `validate` names every one and fails.
+    let out = gangscaler_bounded(&["validate", dir.path().to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for name in ["a-dir.yaml", "dangling.yaml", "loop.yml", "pipe.yaml"] {
+        assert!(stderr.contains(name), "{name}: {stderr}");
+    }
+}
+
+#[test]
+fn a_provider_file_that_is_a_directory_or_a_fifo_is_named() {
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
+    std::fs::remove_file(dir.path().join("provider.yaml")).unwrap();
+    std::fs::create_dir(dir.path().join("provider.yaml")).unwrap();
+    match dir.load() {
+        Err(Error::NotAFile { path, kind }) => {
+            assert_eq!(path, dir.path().join("provider.yaml"));
+            assert_eq!(kind, "directory");
+        }
+        other => panic!("expected Error::NotAFile, got {other:#?}"),
+    }
+    std::fs::remove_dir(dir.path().join("provider.yaml")).unwrap();
+    let fifo = Command::new("mkfifo")
+        .arg(dir.path().join("provider.yaml"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    // Refused without opening it (opening a FIFO would block until a writer appears).
+    assert!(matches!(
+        dir.load(),
+        Err(Error::NotAFile { kind: "FIFO", .. })
+    ));
+}
+
+#[test]
+fn symlinked_group_files_are_followed_and_hidden_entries_skipped() {
+    use std::os::unix::fs::symlink;
+    let dir = ConfigDir::new(PROVIDER);
+    let groups = dir.path().join("nodegroups");
+    let data = groups.join("..2026_05_01_10_00_00.000000001");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("gpu-a.yaml"), GPU_A).unwrap();
+    symlink(data.file_name().unwrap(), groups.join("..data")).unwrap();
+    symlink("..data/gpu-a.yaml", groups.join("gpu-a.yaml")).unwrap();
+    // A hidden file is not configuration (editors and the kubelet write them).
+    std::fs::write(groups.join(".gpu-b.yaml"), "junk: [").unwrap();
+    let loaded = dir.load().unwrap_or_else(|e| panic!("{e}"));
+    let ids: Vec<&str> = loaded.groups.iter().map(|g| g.id.as_str()).collect();
+    assert_eq!(ids, ["gpu-a"]);
+}
+
+#[test]
+fn node_groups_in_the_provider_directory_do_not_read_the_provider_file_as_a_group() {
+    let dir = ConfigDir::new(&format!("{PROVIDER}nodeGroupsDir: .\n"));
+    dir.write("gpu-a.yaml", GPU_A);
+    let loaded = dir.load().unwrap_or_else(|e| panic!("{e}"));
+    let ids: Vec<&str> = loaded.groups.iter().map(|g| g.id.as_str()).collect();
+    assert_eq!(ids, ["gpu-a"]);
+}
