@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::{self, Source};
 use crate::engine::now_ms;
@@ -441,6 +441,12 @@ async fn run_serve(dir: PathBuf) -> anyhow::Result<()> {
         .load()
         .with_context(|| format!("loading configuration from {}", dir.display()))?;
     info!(node_groups = loaded.groups.len(), config = %dir.display(), "configuration loaded");
+    for w in loaded.provider.server.warnings() {
+        // The server logs its own warning for forced non-loopback plaintext.
+        if w.field != "server.address" {
+            warn!(field = w.field, warning = %w.message, "listener setting needs attention");
+        }
+    }
     let server = Server::bind(loaded, Some(source))
         .await
         .context("starting the server")?;
@@ -481,6 +487,10 @@ fn run_validate(dir: PathBuf) -> anyhow::Result<()> {
         config::Error::Invalid(_) => anyhow::anyhow!("{e}"),
         other => anyhow::Error::new(other),
     })?;
+    let provider = dir.join(crate::config::PROVIDER_FILE);
+    for w in loaded.provider.server.warnings() {
+        eprintln!("warning: {}: {w}", provider.display());
+    }
     let ids: Vec<String> = loaded.groups.iter().map(|g| g.id.to_string()).collect();
     println!(
         "{}: valid, {} node group(s): {}",

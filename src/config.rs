@@ -5,6 +5,7 @@
 
 mod env;
 mod load;
+mod tls;
 mod validate;
 mod walk;
 
@@ -13,7 +14,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use load::{Fingerprint, Source};
+pub use load::{Fingerprint, PROVIDER_FILE, Source};
+pub use tls::{MAX_TLS_FILE_BYTES, TlsError, TlsProblem};
 
 use crate::model::NodeGroupSpec;
 
@@ -195,6 +197,49 @@ pub struct AuditSettings {
     pub keep_files: u32,
     /// Also write every record to stdout.
     pub stdout: bool,
+}
+
+/// A setting that is valid but deserves the operator's attention (`validate` prints it,
+/// `serve` logs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// Dotted field path in `provider.yaml`.
+    pub field: &'static str,
+    /// What to consider.
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl ServerSettings {
+    /// Warnings about these settings: the metrics listener or forced plaintext gRPC on a
+    /// non-loopback address.
+    pub fn warnings(&self) -> Vec<Warning> {
+        let mut out = Vec::new();
+        if !self.metrics_address.ip().is_loopback() {
+            out.push(Warning {
+                field: "server.metricsAddress",
+                message: format!(
+                    "{} is not a loopback address: /metrics, /healthz and /readyz (nothing else) are served there over plain, unauthenticated HTTP; keep it on a trusted network",
+                    self.metrics_address
+                ),
+            });
+        }
+        if let Transport::Plaintext { non_loopback: true } = self.transport {
+            out.push(Warning {
+                field: "server.address",
+                message: format!(
+                    "plaintext gRPC on {}, a non-loopback address (forced by server.allowNonLoopbackPlaintext): anyone who can reach it can resize node groups",
+                    self.address
+                ),
+            });
+        }
+        out
+    }
 }
 
 /// How scale-up lifecycles are tracked after an accepted `NodeGroupIncreaseSize`: how often

@@ -49,6 +49,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A TLS file is unusable: no PEM certificate, no usable key, a key that does not match
+    /// the certificate, a client CA that cannot be a trust anchor.
+    #[error("checking the TLS files")]
+    TlsFiles(#[source] config::TlsError),
     /// TLS material was rejected (bad PEM, key not matching the certificate).
     #[error("configuring TLS from {cert}, {key} and {ca}")]
     Tls {
@@ -114,12 +118,15 @@ impl Server {
     /// Builds the engine and binds both listeners (port 0 picks a free port).
     ///
     /// # Errors
-    /// [`Error::Bind`], [`Error::TlsFile`] or [`Error::Engine`].
+    /// [`Error::Bind`], [`Error::TlsFile`], [`Error::TlsFiles`] or [`Error::Engine`].
     pub async fn bind(loaded: Loaded, source: Option<config::Source>) -> Result<Self, Error> {
         let metrics = Arc::new(Metrics::new());
         let settings = loaded.provider.server.clone();
         let tls = match &settings.transport {
             Transport::Tls(files) => {
+                // Refuse unusable material here, by name, rather than with a handshake error
+                // ("peer sent no certificates") on the first connection.
+                files.check().map_err(Error::TlsFiles)?;
                 let identity = Identity::from_pem(read(&files.cert_file)?, read(&files.key_file)?);
                 let ca = Certificate::from_pem(read(&files.client_ca_file)?);
                 // A client CA makes tonic require and verify client certificates; tonic also

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use gangscaler::config::{Error, Loaded, MAX_FILE_BYTES, Source};
+use gangscaler::config::{Error, FieldError, Loaded, MAX_FILE_BYTES, Source};
 use tempfile::TempDir;
 
 /// A valid provider file: plaintext on loopback.
@@ -52,6 +52,13 @@ impl ConfigDir {
 
     fn load(&self) -> Result<Loaded, Error> {
         Source::with_env(self.path(), HashMap::new()).load()
+    }
+}
+
+fn invalid(result: Result<Loaded, Error>) -> Vec<FieldError> {
+    match result {
+        Err(Error::Invalid(list)) => list,
+        other => panic!("expected Error::Invalid, got {other:#?}"),
     }
 }
 
@@ -313,4 +320,171 @@ fn node_groups_in_the_provider_directory_do_not_read_the_provider_file_as_a_grou
     let loaded = dir.load().unwrap_or_else(|e| panic!("{e}"));
     let ids: Vec<&str> = loaded.groups.iter().map(|g| g.id.as_str()).collect();
     assert_eq!(ids, ["gpu-a"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. TLS files and listener addresses that `serve` would refuse
+// ---------------------------------------------------------------------------------------------
+
+/// A self-signed certificate and its key, in PEM.
+fn self_signed(name: &str) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+    (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+}
+
+const TLS_PROVIDER: &str = "server:\n  address: \"127.0.0.1:8086\"\n  tls:\n    certFile: tls/server.crt\n    keyFile: tls/server.key\n    clientCaFile: tls/ca.crt\n";
+
+/// A TLS configuration directory whose files are `cert`, `key` and `ca`.
+fn tls_dir(cert: &str, key: &str, ca: &str) -> ConfigDir {
+    let dir = ConfigDir::new(TLS_PROVIDER).group("gpu-a.yaml", GPU_A);
+    std::fs::create_dir(dir.path().join("tls")).unwrap();
+    dir.write("tls/server.crt", cert);
+    dir.write("tls/server.key", key);
+    dir.write("tls/ca.crt", ca);
+    dir
+}
+
+fn field_error<'a>(errs: &'a [FieldError], field: &str) -> &'a FieldError {
+    errs.iter()
+        .find(|e| e.field == field)
+        .unwrap_or_else(|| panic!("no error for {field}: {errs:#?}"))
+}
+
+#[test]
+fn matching_pem_files_are_accepted() {
+    let (cert, key) = self_signed("gangscaler");
+    let (ca, _) = self_signed("ca");
+    tls_dir(&cert, &key, &ca)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn a_certificate_file_without_a_pem_certificate_is_refused_by_validate() {
+    let (_, key) = self_signed("gangscaler");
+    let (ca, _) = self_signed("ca");
+    // A DER file, a key where the certificate should be, and plain junk.
+    for junk in [
+        "\u{30}\u{82}binary-ish",
+        key.as_str(),
+        "not a certificate\n",
+    ] {
+        let errs = invalid(tls_dir(junk, &key, &ca).load());
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        let e = field_error(&errs, "server.tls.certFile");
+        assert!(e.message.contains("no PEM certificate"), "{e}");
+        assert!(e.file.ends_with("provider.yaml"), "{e}");
+        assert!(e.value.as_deref().unwrap().contains("server.crt"), "{e}");
+    }
+}
+
+#[test]
+fn a_key_that_does_not_match_the_certificate_is_refused_by_validate() {
+    let (cert, _) = self_signed("gangscaler");
+    let (_, other_key) = self_signed("someone-else");
+    let (ca, _) = self_signed("ca");
+    let errs = invalid(tls_dir(&cert, &other_key, &ca).load());
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    let e = field_error(&errs, "server.tls.keyFile");
+    assert!(e.message.contains("does not match the certificate"), "{e}");
+    assert!(e.message.contains("server.crt"), "{e}");
+}
+
+#[test]
+fn an_unusable_key_or_client_ca_is_refused_by_validate() {
+    let (cert, _) = self_signed("gangscaler");
+    let errs = invalid(tls_dir(&cert, &cert, "junk\n").load());
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+    let e = field_error(&errs, "server.tls.keyFile");
+    assert!(e.message.contains("no PEM private key"), "{e}");
+    let e = field_error(&errs, "server.tls.clientCaFile");
+    assert!(e.message.contains("no PEM certificate"), "{e}");
+    let broken = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+    let (ca, _) = self_signed("ca");
+    let errs = invalid(tls_dir(&cert, broken, &ca).load());
+    let e = field_error(&errs, "server.tls.keyFile");
+    assert!(e.message.contains("cannot be used"), "{e}");
+}
+
+#[tokio::test]
+async fn serve_names_a_certificate_file_without_a_pem_certificate() {
+    let (cert, key) = self_signed("gangscaler");
+    let (ca, _) = self_signed("ca");
+    let dir = tls_dir(&cert, &key, &ca);
+    let mut loaded = dir.load().unwrap_or_else(|e| panic!("{e}"));
+    loaded.provider.server.address = "127.0.0.1:0".parse().unwrap();
+    loaded.provider.server.metrics_address = "127.0.0.1:0".parse().unwrap();
+    // Edited after validation: serve must still name it, not fail a handshake later.
+    dir.write("tls/server.crt", "not a certificate\n");
+    let err = gangscaler::server::Server::bind(loaded, None)
+        .await
+        .expect_err("unusable certificate");
+    let chain = anyhow_chain(&err);
+    assert!(chain.contains("server.tls.certFile"), "{chain}");
+    assert!(chain.contains("server.crt"), "{chain}");
+    assert!(chain.contains("no PEM certificate"), "{chain}");
+    assert!(!chain.contains("peer sent no certificates"), "{chain}");
+}
+
+/// The error and its sources, joined with ": ".
+fn anyhow_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[test]
+fn a_metrics_address_on_the_grpc_address_is_refused() {
+    for (grpc, metrics) in [
+        ("127.0.0.1:8086", "127.0.0.1:8086"),
+        ("127.0.0.1:8086", "0.0.0.0:8086"),
+        ("0.0.0.0:8086", "127.0.0.1:8086"),
+    ] {
+        let provider = format!(
+            "server:\n  address: \"{grpc}\"\n  metricsAddress: \"{metrics}\"\n  plaintext: true\n  allowNonLoopbackPlaintext: true\n"
+        );
+        let errs = invalid(ConfigDir::new(&provider).group("gpu-a.yaml", GPU_A).load());
+        assert_eq!(errs.len(), 1, "{grpc} {metrics}: {errs:#?}");
+        let e = field_error(&errs, "server.metricsAddress");
+        assert_eq!(e.value.as_deref(), Some(format!("\"{metrics}\"").as_str()));
+        assert!(e.message.contains(grpc), "{e}");
+    }
+    // Port 0 picks a free port for each listener: no conflict.
+    let provider = "server:\n  address: \"127.0.0.1:0\"\n  metricsAddress: \"127.0.0.1:0\"\n  plaintext: true\n";
+    ConfigDir::new(provider)
+        .group("gpu-a.yaml", GPU_A)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn a_non_loopback_metrics_address_is_a_warning_not_an_error() {
+    let provider = format!("{PROVIDER}  metricsAddress: \"0.0.0.0:9464\"\n");
+    let dir = ConfigDir::new(&provider).group("gpu-a.yaml", GPU_A);
+    let loaded = dir.load().unwrap_or_else(|e| panic!("{e}"));
+    let warnings = loaded.provider.server.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].field, "server.metricsAddress");
+    assert!(
+        warnings[0].message.contains("unauthenticated"),
+        "{}",
+        warnings[0]
+    );
+    let out = gangscaler_bounded(&["validate", dir.path().to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning:") && stderr.contains("server.metricsAddress"),
+        "{stderr}"
+    );
+    // On loopback there is nothing to warn about.
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
+    let loaded = dir.load().unwrap_or_else(|e| panic!("{e}"));
+    assert!(loaded.provider.server.warnings().is_empty());
 }

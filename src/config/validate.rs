@@ -305,16 +305,40 @@ fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<Serv
         let key_file = file("keyFile", &mut t, errs);
         let client_ca_file = file("clientCaFile", &mut t, errs);
         t.finish(errs);
-        Some(TlsFiles {
+        let files = TlsFiles {
             cert_file: cert_file?,
             key_file: key_file?,
             client_ca_file: client_ca_file?,
-        })
+        };
+        // What `serve` would refuse: no PEM certificate, a key of another certificate.
+        if let Err(e) = files.check() {
+            for p in e.0 {
+                errs.push(
+                    p.field,
+                    Some(&Value::String(p.path.display().to_string())),
+                    p.message,
+                );
+            }
+            return None;
+        }
+        Some(files)
     });
     let had_tls = s.path("tls");
     let tls_given = s.has("tls");
     s.finish(errs);
     let address = address?;
+    if let Some(metrics) = metrics_address
+        && conflicts(address, metrics)
+    {
+        errs.push(
+            "server.metricsAddress",
+            Some(&Value::String(metrics.to_string())),
+            format!(
+                "must not be the gRPC server.address ({address}): both listeners cannot bind it"
+            ),
+        );
+        return None;
+    }
     let transport = match (tls, plaintext) {
         (Some(_), true) => {
             errs.push(
@@ -355,6 +379,14 @@ fn server_settings(mut s: Obj<'_>, dir: &Path, errs: &mut Errors) -> Option<Serv
         metrics_address: metrics_address?,
         transport,
     })
+}
+
+/// Whether two listen addresses would fight over one port: the same port (not 0, which picks
+/// a free one) on the same IP, or with either on the unspecified address.
+fn conflicts(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 fn socket_addr(
