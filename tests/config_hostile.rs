@@ -488,3 +488,88 @@ fn a_non_loopback_metrics_address_is_a_warning_not_an_error() {
     let loaded = dir.load().unwrap_or_else(|e| panic!("{e}"));
     assert!(loaded.provider.server.warnings().is_empty());
 }
+
+// ---------------------------------------------------------------------------------------------
+// 4. One root cause, one error; a bounded list per file
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn an_invalid_capacity_is_not_also_reported_as_missing_for_reserved() {
+    for capacity in [
+        "capacity: {cpu: lots, memory: 2048Gi, ephemeralStorage: 7600Gi, pods: 110}\n",
+        "capacity: \"192\"\n",
+    ] {
+        let group = GPU_A.replace(
+            "capacity: {cpu: \"192\", memory: 2048Gi, ephemeralStorage: 7600Gi, pods: 110}\n",
+            capacity,
+        );
+        assert_ne!(group, GPU_A);
+        let errs = invalid(
+            ConfigDir::new(PROVIDER)
+                .group("gpu-a.yaml", &format!("{group}reserved: {{cpu: \"2\"}}\n"))
+                .load(),
+        );
+        assert_eq!(errs.len(), 1, "{capacity}: {errs:#?}");
+        assert!(errs[0].field.starts_with("capacity"), "{errs:#?}");
+    }
+    // Without any capacity, reserved is still reported.
+    let group = GPU_A.replace(
+        "capacity: {cpu: \"192\", memory: 2048Gi, ephemeralStorage: 7600Gi, pods: 110}\n",
+        "",
+    );
+    let errs = invalid(
+        ConfigDir::new(PROVIDER)
+            .group("gpu-a.yaml", &format!("{group}reserved: {{cpu: \"2\"}}\n"))
+            .load(),
+    );
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert_eq!(errs[0].field, "reserved");
+    assert!(errs[0].message.contains("requires capacity"), "{errs:#?}");
+}
+
+#[test]
+fn an_unknown_backend_type_is_reported_once_not_with_its_fields() {
+    let group = format!("{GPU_A}backend: {{type: aws, region: us-east-1, instanceProfile: gpu}}\n");
+    let errs = invalid(ConfigDir::new(PROVIDER).group("gpu-a.yaml", &group).load());
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert_eq!(errs[0].field, "backend.type");
+    assert_eq!(errs[0].value.as_deref(), Some("\"aws\""));
+    // The same in the provider's defaults.
+    let provider = format!("{PROVIDER}defaults:\n  backend: {{type: aws, region: us-east-1}}\n");
+    let errs = invalid(ConfigDir::new(&provider).group("gpu-a.yaml", GPU_A).load());
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert_eq!(errs[0].field, "defaults.backend.type");
+}
+
+#[test]
+fn a_junk_file_lists_at_most_fifty_errors_and_counts_the_rest() {
+    let junk: String = (0..1000).map(|i| format!("junk{i}: {i}\n")).collect();
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &format!("{GPU_A}{junk}"));
+    let errs = invalid(dir.load());
+    assert_eq!(errs.len(), 51, "{:#?}", &errs[45..]);
+    assert!(
+        errs[..50]
+            .iter()
+            .all(|e| e.message.contains("unknown field"))
+    );
+    let last = &errs[50];
+    assert!(last.file.ends_with("gpu-a.yaml"), "{last}");
+    assert!(
+        last.message.contains("950 more error(s) not shown"),
+        "{last}"
+    );
+    // Another file's errors are capped on their own.
+    let dir = dir.group(
+        "gpu-b.yaml",
+        &format!("{}{junk}", GPU_A.replace("gpu-a", "gpu-b")),
+    );
+    assert_eq!(invalid(dir.load()).len(), 102);
+    let out = gangscaler_bounded(&["validate", dir.path().to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.lines().count() < 120,
+        "{} lines",
+        stderr.lines().count()
+    );
+}

@@ -65,7 +65,7 @@ impl Source {
         let doc = self.read_doc(&provider_path, ENV_PREFIX)?;
         let mut errs = Errors::new(&provider_path);
         let (provider, defaults) = validate::provider(&doc, &self.dir, &mut errs);
-        let mut all: Vec<FieldError> = errs.list;
+        let mut all: Vec<FieldError> = errs.into_list();
         let mut groups = Vec::new();
         let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
         for file in self.group_files(&defaults.node_groups_dir)? {
@@ -89,7 +89,7 @@ impl Source {
                     format!("duplicates the id in {}", first.display()),
                 );
             }
-            all.extend(errs.list);
+            all.extend(errs.into_list());
             groups.extend(group);
         }
         match provider {

@@ -501,7 +501,8 @@ pub fn node_group(
                 );
             }
         }
-    } else if g.has("reserved") {
+    } else if g.has("reserved") && !g.has("capacity") {
+        // An invalid capacity is reported by itself; "requires capacity" would be noise.
         errs.push("reserved", None, "requires capacity");
     }
     let gpu = g.obj("gpu", errs).and_then(|o| gpu(o, defaults, errs));
@@ -770,7 +771,9 @@ fn backend(mut o: Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
                 Some(&Value::String(other.to_owned())),
                 "unknown backend; supported: memory, kwok",
             );
-            None
+            // The other keys cannot be judged without a known type: reporting them as
+            // unknown fields would bury the one real mistake.
+            return None;
         }
     };
     o.finish(errs);
