@@ -43,6 +43,7 @@ zone: us-east-1a
 capacity:
   cpu: "192"
   memory: 2048Gi
+  ephemeralStorage: 7600Gi
   pods: 110
 "#;
 
@@ -922,6 +923,7 @@ zone: us-east-1a
 capacity:
   cpu: "192"
   memory: lots                    # bad quantity
+  ephemeralStorage: 7600Gi
   pods: 110
 gpu:
   count: 0                        # out of range

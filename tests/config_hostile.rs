@@ -573,3 +573,29 @@ fn a_junk_file_lists_at_most_fifty_errors_and_counts_the_rest() {
         stderr.lines().count()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// 5. Ephemeral storage
+// ---------------------------------------------------------------------------------------------
+
+/// The scheduler (and so Cluster Autoscaler's simulation) reads a resource missing from a
+/// template's allocatable as zero: a capacity without `ephemeralStorage` made every pod that
+/// requests ephemeral storage unplaceable. It is now required with `capacity`.
+#[test]
+fn a_capacity_without_ephemeral_storage_is_refused_naming_the_field() {
+    let group = GPU_A.replace(" ephemeralStorage: 7600Gi,", "");
+    assert_ne!(group, GPU_A);
+    let errs = invalid(ConfigDir::new(PROVIDER).group("gpu-a.yaml", &group).load());
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert_eq!(errs[0].field, "capacity.ephemeralStorage");
+    assert!(errs[0].message.contains("is required"), "{}", errs[0]);
+    // `reserved` may still omit it.
+    let loaded = ConfigDir::new(PROVIDER)
+        .group("gpu-a.yaml", &format!("{GPU_A}reserved: {{cpu: \"2\"}}\n"))
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let template =
+        gangscaler::model::TemplateNode::for_group(&loaded.groups[0], &loaded.provider.gpu_label)
+            .unwrap();
+    assert_eq!(template.status.allocatable["ephemeral-storage"], "7600Gi");
+}

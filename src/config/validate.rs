@@ -609,6 +609,15 @@ fn parse_capacity(mut c: Obj<'_>, required: bool, errs: &mut Errors) -> Option<C
                 c.missing(key, errs);
             }
         }
+        if ephemeral_storage.is_none() && !c.has("ephemeralStorage") {
+            // The scheduler, and Cluster Autoscaler's simulation of it, reads a resource
+            // missing from a node's allocatable as zero: no default would be right.
+            errs.push(
+                &c.path("ephemeralStorage"),
+                None,
+                "is required: a node without it is read as having none, so any pod requesting ephemeral storage would never fit; set the node's local disk (kubelet reports it as ephemeral-storage)",
+            );
+        }
     }
     c.finish(errs);
     Some(Capacity {
@@ -622,7 +631,11 @@ fn parse_capacity(mut c: Obj<'_>, required: bool, errs: &mut Errors) -> Option<C
         } else {
             memory.unwrap_or_default()
         },
-        ephemeral_storage: ephemeral_storage.unwrap_or_default(),
+        ephemeral_storage: if required {
+            ephemeral_storage?
+        } else {
+            ephemeral_storage.unwrap_or_default()
+        },
         pods: u64::try_from(if required { pods? } else { pods.unwrap_or(0) }).ok()?,
     })
 }
