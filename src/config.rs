@@ -1,7 +1,7 @@
 //! Provider and node-group configuration: YAML files under one directory, environment
 //! overrides, and validation that reports every error at once with its file, field path and
 //! value. Depends on `model`, `planner` (the admission policy type) and `yaml` (bounded
-//! reading and parsing).
+//! reading and parsing); TLS files are checked with rustls, as `serve` will load them.
 
 mod env;
 mod load;
