@@ -43,7 +43,7 @@ maxSize: 200
 instanceType: m7i.8xlarge
 region: us-east-1
 zone: us-east-1a
-capacity: {cpu: "32", memory: 128Gi, pods: 110}
+capacity: {cpu: "32", memory: 128Gi, ephemeralStorage: 200Gi, pods: 110}
 YAML
 done
 

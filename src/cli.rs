@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::{self, Source};
 use crate::engine::now_ms;
@@ -496,6 +496,12 @@ async fn run_serve(dir: PathBuf) -> anyhow::Result<()> {
         .load()
         .with_context(|| format!("loading configuration from {}", dir.display()))?;
     info!(node_groups = loaded.groups.len(), config = %dir.display(), "configuration loaded");
+    for w in loaded.provider.server.warnings() {
+        // The server logs its own warning for forced non-loopback plaintext.
+        if w.field != "server.address" {
+            warn!(field = w.field, warning = %w.message, "listener setting needs attention");
+        }
+    }
     let server = Server::bind(loaded, Some(source))
         .await
         .context("starting the server")?;
@@ -536,6 +542,10 @@ fn run_validate(dir: PathBuf) -> anyhow::Result<()> {
         config::Error::Invalid(_) => anyhow::anyhow!("{e}"),
         other => anyhow::Error::new(other),
     })?;
+    let provider = dir.join(crate::config::PROVIDER_FILE);
+    for w in loaded.provider.server.warnings() {
+        eprintln!("warning: {}: {w}", provider.display());
+    }
     let ids: Vec<String> = loaded.groups.iter().map(|g| g.id.to_string()).collect();
     println!(
         "{}: valid, {} node group(s): {}",
@@ -566,7 +576,7 @@ fn run_template(group: &str, dir: PathBuf, output: Output) -> anyhow::Result<()>
             )
         })?;
     let text = match output {
-        Output::Yaml => serde_yaml::to_string(&template).context("encoding YAML")?,
+        Output::Yaml => crate::yaml::to_string(&template).context("encoding YAML")?,
         Output::Json => serde_json::to_string_pretty(&template).context("encoding JSON")? + "\n",
     };
     print!("{text}");
@@ -597,8 +607,8 @@ async fn run_plan(
     }
     let set = match &objects {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
+            // Bounded: an object file larger than the limit is refused before it is parsed.
+            let text = crate::yaml::read_file(path, &crate::yaml::OBJECTS)?;
             crate::cluster::ObjectSet::from_yaml_documents(&text)
                 .with_context(|| format!("reading objects from {}", path.display()))?
         }

@@ -1,8 +1,11 @@
 //! Provider and node-group configuration: YAML files under one directory, environment
 //! overrides, and validation that reports every error at once with its file, field path and
-//! value. Depends on `model` only (plus the `config` crate for loading).
+//! value. Depends on `model`, `planner` (the admission policy type) and `yaml` (bounded
+//! reading and parsing); TLS files are checked with rustls, as `serve` will load them.
 
+mod env;
 mod load;
+mod tls;
 mod validate;
 mod walk;
 
@@ -11,7 +14,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use load::{Fingerprint, Source};
+pub use load::{Fingerprint, PROVIDER_FILE, Source};
+pub use tls::{MAX_TLS_FILE_BYTES, TlsError, TlsProblem};
 
 use crate::model::NodeGroupSpec;
 
@@ -44,6 +48,21 @@ impl fmt::Display for FieldError {
     }
 }
 
+/// A node-group directory entry that cannot be read as a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unusable {
+    /// The entry.
+    pub path: PathBuf,
+    /// Why it cannot be used, e.g. "is a directory, not a regular file".
+    pub reason: String,
+}
+
+impl fmt::Display for Unusable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.reason)
+    }
+}
+
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -56,7 +75,29 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A file is not valid YAML (or an override is malformed).
+    /// Entries of the node-group directory named `*.yaml`/`*.yml` that are not (symbolic
+    /// links to) regular files: directories, dangling symlinks, symlink loops, FIFOs. Every
+    /// one is listed.
+    #[error("{} unusable node-group file(s):\n  {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+    Unusable(Vec<Unusable>),
+    /// A configuration path is not a regular file (a directory, a FIFO, a device).
+    #[error("{} is a {kind}, not a regular file", path.display())]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// A configuration file is larger than [`MAX_FILE_BYTES`].
+    #[error("{} is larger than the {} limit for configuration files", path.display(), crate::yaml::Size(*limit))]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// A file is not valid YAML, exceeds the YAML budget (alias expansion, nesting, node
+    /// count), or an override is malformed.
     #[error("parsing {}: {message}", path.display())]
     Parse {
         /// The path.
@@ -68,6 +109,20 @@ pub enum Error {
     #[error("{} invalid setting(s):\n  {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
     Invalid(Vec<FieldError>),
 }
+
+impl From<crate::yaml::ReadError> for Error {
+    fn from(e: crate::yaml::ReadError) -> Self {
+        use crate::yaml::ReadError;
+        match e {
+            ReadError::Io { path, source } => Self::Read { path, source },
+            ReadError::NotAFile { path, kind } => Self::NotAFile { path, kind },
+            ReadError::TooLarge { path, limit } => Self::TooLarge { path, limit },
+        }
+    }
+}
+
+/// Largest configuration file read (`provider.yaml` or a node-group file): 1 MiB.
+pub const MAX_FILE_BYTES: u64 = crate::yaml::CONFIG.max_bytes;
 
 /// Result alias for this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -179,6 +234,49 @@ pub struct AuditSettings {
     pub stdout: bool,
     /// Permission bits of the log files (`audit.fileMode`, `0600` by default).
     pub file_mode: u32,
+}
+
+/// A setting that is valid but deserves the operator's attention (`validate` prints it,
+/// `serve` logs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// Dotted field path in `provider.yaml`.
+    pub field: &'static str,
+    /// What to consider.
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl ServerSettings {
+    /// Warnings about these settings: the metrics listener or forced plaintext gRPC on a
+    /// non-loopback address.
+    pub fn warnings(&self) -> Vec<Warning> {
+        let mut out = Vec::new();
+        if !self.metrics_address.ip().is_loopback() {
+            out.push(Warning {
+                field: "server.metricsAddress",
+                message: format!(
+                    "{} is not a loopback address: /metrics, /healthz and /readyz (nothing else) are served there over plain, unauthenticated HTTP; keep it on a trusted network",
+                    self.metrics_address
+                ),
+            });
+        }
+        if let Transport::Plaintext { non_loopback: true } = self.transport {
+            out.push(Warning {
+                field: "server.address",
+                message: format!(
+                    "plaintext gRPC on {}, a non-loopback address (forced by server.allowNonLoopbackPlaintext): anyone who can reach it can resize node groups",
+                    self.address
+                ),
+            });
+        }
+        out
+    }
 }
 
 /// How scale-up lifecycles are tracked after an accepted `NodeGroupIncreaseSize`: how often

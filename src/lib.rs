@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! main, cli  ─► server, engine, scaleup, audit, planner, cluster, config, provision,
-//!               telemetry, model
+//!               telemetry, model, yaml
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
 //!               metrics, model
 //! grpc       ─► engine, provision, metrics, model
@@ -14,16 +14,18 @@
 //! provision  ─► cluster, config, model
 //! audit      ─► planner, model                                       (never scaleup)
 //! events     ─► planner, model
-//! config     ─► planner, model
-//! cluster    ─► model
+//! config     ─► planner, model, yaml
+//! cluster    ─► model, yaml
 //! planner    ─► model
 //! http       ─► metrics
-//! model, metrics, telemetry: nothing of ours
+//! model, metrics, telemetry, yaml: nothing of ours
 //! testing    ─► config, model   (test and bench builders; planner's and provision's tests)
 //! ```
 //!
 //! - [`model`]: domain types (node groups, quantities, template nodes, instances, gangs).
 //! - [`config`]: YAML loading with environment overrides and all-errors-at-once validation.
+//! - [`yaml`]: bounded YAML reading and parsing (file size caps, alias, depth and node
+//!   budgets) for configuration and Kubernetes object files.
 //! - [`planner`]: pure whole-gang fitting and the admission decision.
 //! - [`cluster`]: Kubernetes objects to the gang model: API-version adapters, pod demand,
 //!   the watchers and their snapshot, and the gangs Cluster Autoscaler cannot see.
@@ -57,6 +59,7 @@ pub mod server;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod yaml;
 
 /// Code generated from `proto/externalgrpc.proto`.
 pub mod proto {

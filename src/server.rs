@@ -63,6 +63,10 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A TLS file is unusable: no PEM certificate, no usable key, a key that does not match
+    /// the certificate, a client CA that cannot be a trust anchor.
+    #[error("checking the TLS files")]
+    TlsFiles(#[source] config::TlsError),
     /// TLS material was rejected (a key not matching the certificate, an unusable CA).
     #[error("{what}")]
     Tls {
@@ -125,12 +129,17 @@ impl Server {
     /// Builds the engine and binds both listeners (port 0 picks a free port).
     ///
     /// # Errors
-    /// [`Error::Bind`], [`Error::TlsFile`] or [`Error::Engine`].
+    /// [`Error::Bind`], [`Error::TlsFile`], [`Error::TlsFiles`] or [`Error::Engine`].
     pub async fn bind(loaded: Loaded, source: Option<config::Source>) -> Result<Self, Error> {
         let metrics = Arc::new(Metrics::new());
         let settings = loaded.provider.server.clone();
         let tls = match &settings.transport {
-            Transport::Tls(files) => Some(tls::acceptor(files)?),
+            Transport::Tls(files) => {
+                // Refuse unusable material here, by name, rather than with a handshake error
+                // ("peer sent no certificates") on the first connection.
+                files.check().map_err(Error::TlsFiles)?;
+                Some(tls::acceptor(files)?)
+            }
             Transport::Plaintext { non_loopback } => {
                 if *non_loopback {
                     warn!(

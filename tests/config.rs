@@ -43,6 +43,7 @@ zone: us-east-1a
 capacity:
   cpu: "192"
   memory: 2048Gi
+  ephemeralStorage: 7600Gi
   pods: 110
 "#;
 
@@ -827,13 +828,29 @@ server:
     clientCaFile: tls/ca.crt
 "#;
 
-fn tls_dir(files: &[&str]) -> ConfigDir {
-    let dir = ConfigDir::new(TLS_PROVIDER).group("gpu-a.yaml", GPU_A);
+/// A directory with `TLS_PROVIDER` and those of `tls/tls.crt`, `tls/tls.key` (a matching
+/// self-signed pair) and `tls/ca.crt` named in `files`.
+fn tls_dir_with(provider: &str, files: &[&str]) -> ConfigDir {
+    let dir = ConfigDir::new(provider).group("gpu-a.yaml", GPU_A);
     std::fs::create_dir(dir.path().join("tls")).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap()
+        .pem();
     for f in files {
-        dir.write(&format!("tls/{f}"), "not checked at load time\n");
+        let text = match *f {
+            "tls.key" => key.serialize_pem(),
+            _ => cert.clone(),
+        };
+        dir.write(&format!("tls/{f}"), &text);
     }
     dir
+}
+
+fn tls_dir(files: &[&str]) -> ConfigDir {
+    tls_dir_with(TLS_PROVIDER, files)
 }
 
 #[test]
@@ -872,11 +889,7 @@ fn a_missing_tls_file_is_the_only_error() {
 #[test]
 fn tls_and_plaintext_together_are_reported() {
     let provider = format!("{TLS_PROVIDER}  plaintext: true\n");
-    let dir = ConfigDir::new(&provider).group("gpu-a.yaml", GPU_A);
-    std::fs::create_dir(dir.path().join("tls")).unwrap();
-    for f in ["tls.crt", "tls.key", "ca.crt"] {
-        dir.write(&format!("tls/{f}"), "x\n");
-    }
+    let dir = tls_dir_with(&provider, &["tls.crt", "tls.key", "ca.crt"]);
     let errs = dir.errors();
     assert_count(&errs, 1);
     expect_error(&errs, "provider.yaml", "server.plaintext", Some("true"));
@@ -910,6 +923,7 @@ zone: us-east-1a
 capacity:
   cpu: "192"
   memory: lots                    # bad quantity
+  ephemeralStorage: 7600Gi
   pods: 110
 gpu:
   count: 0                        # out of range

@@ -74,7 +74,7 @@ maxSize: 4
 instanceType: g6.12xlarge
 region: us-east-1
 zone: us-east-1b
-capacity: {cpu: "48", memory: 192Gi, pods: 110}
+capacity: {cpu: "48", memory: 192Gi, ephemeralStorage: 3800Gi, pods: 110}
 gpu: {count: 4, product: NVIDIA-L4, memory: 23034Mi}
 price: 4.6
 backend:

@@ -181,3 +181,32 @@ fn plan_reports_a_missing_storage_class_instead_of_under_counting_attach_limits(
         "{problems:#?}"
     );
 }
+
+/// Regression (issue 10): an object file with a YAML alias bomb is refused by the parser's
+/// budget, naming the file and the document, instead of expanding to gigabytes.
+#[test]
+fn an_alias_bomb_object_file_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bomb.yaml");
+    let mut text =
+        String::from("apiVersion: v1\nkind: ConfigMap\n---\na: &a [x,x,x,x,x,x,x,x,x]\n");
+    for i in 1u8..12 {
+        let (prev, name) = (char::from(b'a' + i - 1), char::from(b'a' + i));
+        let items = vec![format!("*{prev}"); 9].join(",");
+        text.push_str(&format!("{name}: &{name} [{items}]\n"));
+    }
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 4194304 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_gangscaler"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["plan", "--objects", path.to_str().unwrap(), "-o", "json"])
+        .env_remove("GANGSCALER_CONFIG")
+        .output()
+        .expect("running gangscaler plan");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("bomb.yaml"), "{stderr}");
+    assert!(stderr.contains("document 2"), "{stderr}");
+}

@@ -7,7 +7,6 @@
 //! bounded so the suite stays fast in CI.
 
 use proptest::prelude::*;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::*;
@@ -37,9 +36,8 @@ fn read_files() -> Vec<Vec<Value>> {
         .iter()
         .map(|text| {
             let mut out = Vec::new();
-            for document in serde_yaml::Deserializer::from_str(text) {
-                let value = Value::deserialize(document).unwrap();
-                flatten(value, &mut out);
+            for document in crate::yaml::documents(text, &crate::yaml::OBJECTS).unwrap() {
+                flatten(document.value, &mut out);
             }
             assert!(!out.is_empty(), "a fixture holds no object");
             out

@@ -34,9 +34,10 @@ fn demand_of(yaml: &str, pod: &str) -> PodDemand {
 
 /// The pod named `name` in `yaml`, as the typed `k8s-openapi` object.
 fn typed_pod(yaml: &str, name: &str) -> k8s_openapi::api::core::v1::Pod {
-    use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(yaml)
-        .map(|d| serde_json::Value::deserialize(d).unwrap())
+    crate::yaml::documents(yaml, &crate::yaml::OBJECTS)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.value)
         .find(|v| v["kind"] == "Pod" && v["metadata"]["name"] == name)
         .map(|v| serde_json::from_value(v).unwrap())
         .unwrap_or_else(|| panic!("no pod {name}"))

@@ -157,28 +157,29 @@ impl ObjectSet {
 
     /// Reads multi-document YAML of mixed kinds (`---`-separated; a `kind: List` or
     /// `<Kind>List` document contributes its `items`). Kinds the adapters do not read are
-    /// skipped; empty documents are skipped.
+    /// skipped; empty documents are skipped (but counted in document numbers). Parsing is
+    /// bounded by [`crate::yaml::OBJECTS`] (size, alias expansion, depth, node count).
     ///
     /// # Errors
-    /// The first document that is not YAML, not an object, lacks `apiVersion`/`kind`, or is a
+    /// The first document that is not YAML (or exceeds the YAML budget), not an object, lacks `apiVersion`/`kind`, or is a
     /// kind we read that does not match its schema; the error names the 1-based document
     /// number, the list item, the kind and name, and the offending field path.
     pub fn from_yaml_documents(text: &str) -> Result<Self> {
-        let mut set = Self::new();
-        for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-            let number = u32::try_from(index + 1).unwrap_or(u32::MAX);
-            let value = Value::deserialize(document).map_err(|e| Error::Yaml {
-                document: number,
-                message: e.to_string(),
+        let documents =
+            crate::yaml::documents(text, &crate::yaml::OBJECTS).map_err(|e| Error::Yaml {
+                document: e.document,
+                message: e.error.message,
             })?;
-            if value.is_null() {
+        let mut set = Self::new();
+        for document in documents {
+            if document.value.is_null() {
                 continue;
             }
             let at = Location {
-                document: Some(number),
+                document: Some(document.number),
                 item: None,
             };
-            set.insert_at(value, at)?;
+            set.insert_at(document.value, at)?;
         }
         Ok(set)
     }

@@ -1,5 +1,5 @@
 //! Reading the configuration directory: the provider file plus one YAML file per node group,
-//! each with environment overrides applied through the `config` crate.
+//! each read under the [`yaml::CONFIG`] limits, with environment overrides applied on top.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::walk::Errors;
-use super::{Error, FieldError, Loaded, Result, validate};
+use super::{Error, FieldError, Loaded, Result, Unusable, env, validate};
+use crate::yaml;
 
 /// Name of the provider file inside the configuration directory.
 pub const PROVIDER_FILE: &str = "provider.yaml";
@@ -55,14 +56,16 @@ impl Source {
     /// Loads and validates everything.
     ///
     /// # Errors
-    /// [`Error::Read`] or [`Error::Parse`] for unreadable files, [`Error::Invalid`] listing every
-    /// invalid setting of every file.
+    /// [`Error::Read`], [`Error::NotAFile`], [`Error::TooLarge`] or [`Error::Parse`] for a file
+    /// that cannot be read or parsed, [`Error::Unusable`] listing every node-group entry that is
+    /// not (a symbolic link to) a regular file, [`Error::Invalid`] listing every invalid setting
+    /// of every file.
     pub fn load(&self) -> Result<Loaded> {
         let provider_path = self.dir.join(PROVIDER_FILE);
         let doc = self.read_doc(&provider_path, ENV_PREFIX)?;
         let mut errs = Errors::new(&provider_path);
         let (provider, defaults) = validate::provider(&doc, &self.dir, &mut errs);
-        let mut all: Vec<FieldError> = errs.list;
+        let mut all: Vec<FieldError> = errs.into_list();
         let mut groups = Vec::new();
         let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
         for file in self.group_files(&defaults.node_groups_dir)? {
@@ -86,7 +89,7 @@ impl Source {
                     format!("duplicates the id in {}", first.display()),
                 );
             }
-            all.extend(errs.list);
+            all.extend(errs.into_list());
             groups.extend(group);
         }
         match provider {
@@ -110,73 +113,170 @@ impl Source {
         }
     }
 
-    /// A digest of the provider file and every node-group file (names and contents).
+    /// A digest of the provider file and every node-group file (names and contents). An entry
+    /// that cannot be used (a dangling symlink, a directory named `*.yaml`, a file over the
+    /// size limit) is digested by its error, so that [`Source::load`] reports it once.
     ///
     /// # Errors
-    /// [`Error::Read`] when the directory or a file cannot be read.
+    /// [`Error::Read`] when the node-group directory itself cannot be read.
     pub fn fingerprint(&self, node_groups_dir: &Path) -> Result<Fingerprint> {
         let mut h = DefaultHasher::new();
-        let provider = self.dir.join(PROVIDER_FILE);
-        for file in std::iter::once(provider).chain(self.group_files(node_groups_dir)?) {
-            let bytes = std::fs::read(&file).map_err(|source| Error::Read {
-                path: file.clone(),
-                source,
-            })?;
-            file.hash(&mut h);
-            bytes.hash(&mut h);
+        let provider = Listed::File(self.dir.join(PROVIDER_FILE));
+        for entry in std::iter::once(provider).chain(self.list_groups(node_groups_dir)?) {
+            match entry {
+                Listed::File(file) => {
+                    file.hash(&mut h);
+                    // Bounded like every configuration read.
+                    match yaml::read_file(&file, &yaml::CONFIG) {
+                        Ok(text) => text.hash(&mut h),
+                        Err(e) => {
+                            e.to_string().hash(&mut h);
+                            std::error::Error::source(&e)
+                                .map(ToString::to_string)
+                                .hash(&mut h);
+                        }
+                    }
+                }
+                Listed::Unusable(u) => {
+                    u.path.hash(&mut h);
+                    u.reason.hash(&mut h);
+                }
+            }
         }
         Ok(Fingerprint(h.finish()))
     }
 
+    /// The node-group files of `dir`, sorted.
+    ///
+    /// # Errors
+    /// [`Error::Read`] when the directory cannot be read; [`Error::Unusable`] naming every
+    /// `*.yaml`/`*.yml` entry that is not (a symlink to) a regular file.
     fn group_files(&self, dir: &Path) -> Result<Vec<PathBuf>> {
-        let entries = std::fs::read_dir(dir).map_err(|source| Error::Read {
+        let mut files = Vec::new();
+        let mut unusable = Vec::new();
+        for entry in self.list_groups(dir)? {
+            match entry {
+                Listed::File(path) => files.push(path),
+                Listed::Unusable(u) => unusable.push(u),
+            }
+        }
+        if unusable.is_empty() {
+            Ok(files)
+        } else {
+            Err(Error::Unusable(unusable))
+        }
+    }
+
+    /// Every `*.yaml`/`*.yml` entry of `dir`, sorted by path, following symbolic links (a
+    /// Kubernetes ConfigMap mount links `file.yaml -> ..data/file.yaml`). Hidden entries
+    /// (`..data`, `..2026_...`, `.x.yaml`) are skipped, so a ConfigMap's files are read once,
+    /// and so is the provider file when the node groups share its directory.
+    fn list_groups(&self, dir: &Path) -> Result<Vec<Listed>> {
+        let read_err = |source| Error::Read {
             path: dir.to_path_buf(),
             source,
-        })?;
-        let mut files = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|source| Error::Read {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-            let path = entry.path();
+        };
+        let provider = self.dir.join(PROVIDER_FILE);
+        let mut listed = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(read_err)? {
+            let path = entry.map_err(read_err)?.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
             let is_yaml = matches!(
                 path.extension().and_then(|e| e.to_str()),
                 Some("yaml" | "yml")
             );
-            if is_yaml && path.is_file() {
-                files.push(path);
+            if !is_yaml || name.starts_with('.') || same_file(&path, &provider) {
+                continue;
             }
+            listed.push(match usable(&path) {
+                Ok(()) => Listed::File(path),
+                Err(reason) => Listed::Unusable(Unusable { path, reason }),
+            });
         }
-        files.sort();
-        Ok(files)
+        listed.sort_by(|a, b| a.path().cmp(b.path()));
+        Ok(listed)
     }
 
     fn read_doc(&self, path: &Path, env_prefix: &str) -> Result<Value> {
-        // Read first so a missing file is an I/O error naming the path, not a parse error.
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut env = config::Environment::with_prefix(env_prefix)
-            .prefix_separator("__")
-            .separator("__")
-            .try_parsing(true)
-            .convert_case(config::Case::Camel);
-        if let Some(map) = &self.env {
-            env = env.source(Some(map.clone().into_iter().collect()));
-        }
-        let built = config::Config::builder()
-            .add_source(config::File::from_str(&text, config::FileFormat::Yaml))
-            .add_source(env)
-            .build()
-            .map_err(|e| Error::Parse {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
-        built.try_deserialize::<Value>().map_err(|e| Error::Parse {
+        let text = yaml::read_file(path, &yaml::CONFIG).map_err(Error::from)?;
+        let mut doc = yaml::config_value(&text, &yaml::CONFIG).map_err(|e| Error::Parse {
             path: path.to_path_buf(),
             message: e.to_string(),
-        })
+        })?;
+        if doc.is_null() {
+            // An empty file is an empty mapping, so its required fields are named.
+            doc = Value::Object(serde_json::Map::new());
+        }
+        let overrides = match &self.env {
+            Some(map) => env::overrides(
+                map.iter().map(|(k, v)| (k.clone(), Ok(v.clone()))),
+                env_prefix,
+            ),
+            None => env::overrides(
+                std::env::vars_os().filter_map(|(k, v)| {
+                    Some((k.into_string().ok()?, v.into_string().map_err(|_| ())))
+                }),
+                env_prefix,
+            ),
+        }
+        .map_err(|message| Error::Parse {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        env::apply(&mut doc, overrides);
+        Ok(doc)
+    }
+}
+
+/// One `*.yaml` entry of the node-group directory.
+enum Listed {
+    /// A regular file, or a symbolic link to one.
+    File(PathBuf),
+    /// Anything else.
+    Unusable(Unusable),
+}
+
+impl Listed {
+    fn path(&self) -> &Path {
+        match self {
+            Self::File(p) => p,
+            Self::Unusable(u) => &u.path,
+        }
+    }
+}
+
+/// Whether `path` (following symbolic links) is a regular file; otherwise why not.
+fn usable(path: &Path) -> std::result::Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(meta) => Err(format!(
+            "is a {}, not a regular file",
+            yaml::file_kind(&meta)
+        )),
+        Err(e) => match std::fs::read_link(path) {
+            Ok(target) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+                "is a dangling symbolic link (to {}, which does not exist)",
+                target.display()
+            )),
+            Ok(target) => Err(format!(
+                "is a symbolic link (to {}) that cannot be followed: {e}",
+                target.display()
+            )),
+            Err(_) => Err(format!("cannot be read: {e}")),
+        },
+    }
+}
+
+/// Whether `a` and `b` name the same file (after following symbolic links). `false` when
+/// either cannot be resolved.
+fn same_file(a: &Path, b: &Path) -> bool {
+    if a.file_name() != b.file_name() {
+        return false;
+    }
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
     }
 }

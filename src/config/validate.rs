@@ -340,16 +340,40 @@ fn server_settings(
         let key_file = file("keyFile", &mut t, errs);
         let client_ca_file = file("clientCaFile", &mut t, errs);
         t.finish(errs);
-        Some(TlsFiles {
+        let files = TlsFiles {
             cert_file: cert_file?,
             key_file: key_file?,
             client_ca_file: client_ca_file?,
-        })
+        };
+        // What `serve` would refuse: no PEM certificate, a key of another certificate.
+        if let Err(e) = files.check() {
+            for p in e.0 {
+                errs.push(
+                    p.field,
+                    Some(&Value::String(p.path.display().to_string())),
+                    p.message,
+                );
+            }
+            return None;
+        }
+        Some(files)
     });
     let had_tls = s.path("tls");
     let tls_given = s.has("tls");
     s.finish(errs);
     let address = address?;
+    if let Some(metrics) = metrics_address
+        && conflicts(address, metrics)
+    {
+        errs.push(
+            "server.metricsAddress",
+            Some(&Value::String(metrics.to_string())),
+            format!(
+                "must not be the gRPC server.address ({address}): both listeners cannot bind it"
+            ),
+        );
+        return None;
+    }
     let transport = match (tls, plaintext) {
         (Some(_), true) => {
             errs.push(
@@ -483,6 +507,14 @@ fn connection_settings(
     }
 }
 
+/// Whether two listen addresses would fight over one port: the same port (not 0, which picks
+/// a free one) on the same IP, or with either on the unspecified address.
+fn conflicts(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
 fn socket_addr(
     o: &mut Obj<'_>,
     key: &'static str,
@@ -595,7 +627,8 @@ pub fn node_group(
                 );
             }
         }
-    } else if g.has("reserved") {
+    } else if g.has("reserved") && !g.has("capacity") {
+        // An invalid capacity is reported by itself; "requires capacity" would be noise.
         errs.push("reserved", None, "requires capacity");
     }
     let gpu = g.obj("gpu", errs).and_then(|o| gpu(o, defaults, errs));
@@ -702,6 +735,15 @@ fn parse_capacity(mut c: Obj<'_>, required: bool, errs: &mut Errors) -> Option<C
                 c.missing(key, errs);
             }
         }
+        if ephemeral_storage.is_none() && !c.has("ephemeralStorage") {
+            // The scheduler, and Cluster Autoscaler's simulation of it, reads a resource
+            // missing from a node's allocatable as zero: no default would be right.
+            errs.push(
+                &c.path("ephemeralStorage"),
+                None,
+                "is required: a node without it is read as having none, so any pod requesting ephemeral storage would never fit; set the node's local disk (kubelet reports it as ephemeral-storage)",
+            );
+        }
     }
     c.finish(errs);
     Some(Capacity {
@@ -715,7 +757,11 @@ fn parse_capacity(mut c: Obj<'_>, required: bool, errs: &mut Errors) -> Option<C
         } else {
             memory.unwrap_or_default()
         },
-        ephemeral_storage: ephemeral_storage.unwrap_or_default(),
+        ephemeral_storage: if required {
+            ephemeral_storage?
+        } else {
+            ephemeral_storage.unwrap_or_default()
+        },
         pods: u64::try_from(if required { pods? } else { pods.unwrap_or(0) }).ok()?,
     })
 }
@@ -864,7 +910,9 @@ fn backend(mut o: Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
                 Some(&Value::String(other.to_owned())),
                 "unknown backend; supported: memory, kwok",
             );
-            None
+            // The other keys cannot be judged without a known type: reporting them as
+            // unknown fields would bury the one real mistake.
+            return None;
         }
     };
     o.finish(errs);

@@ -10,11 +10,17 @@ use serde_json::{Map, Value};
 use super::FieldError;
 use crate::model::quantity::Quantity;
 
+/// Most field errors kept per file; the rest are counted in one closing entry, so a junk
+/// file cannot print hundreds of thousands of lines.
+pub const MAX_ERRORS_PER_FILE: usize = 50;
+
 /// Collects field errors for one file.
 #[derive(Debug)]
 pub struct Errors {
     file: PathBuf,
-    pub list: Vec<FieldError>,
+    list: Vec<FieldError>,
+    /// Errors beyond [`MAX_ERRORS_PER_FILE`], counted but not kept.
+    dropped: usize,
 }
 
 impl Errors {
@@ -22,10 +28,31 @@ impl Errors {
         Self {
             file: file.to_path_buf(),
             list: Vec::new(),
+            dropped: 0,
         }
     }
 
+    /// The errors, with a last entry counting those beyond [`MAX_ERRORS_PER_FILE`].
+    pub fn into_list(mut self) -> Vec<FieldError> {
+        if self.dropped > 0 {
+            self.list.push(FieldError {
+                file: self.file,
+                field: "(document)".to_owned(),
+                value: None,
+                message: format!(
+                    "{} more error(s) not shown (at most {MAX_ERRORS_PER_FILE} are listed per file)",
+                    self.dropped
+                ),
+            });
+        }
+        self.list
+    }
+
     pub fn push(&mut self, field: &str, value: Option<&Value>, message: impl Into<String>) {
+        if self.list.len() >= MAX_ERRORS_PER_FILE {
+            self.dropped += 1;
+            return;
+        }
         self.list.push(FieldError {
             file: self.file.clone(),
             field: if field.is_empty() {

@@ -395,7 +395,7 @@ fn write_config_with(
         dir.join("nodegroups/gpu.yaml"),
         format!(
             "id: gpu\nminSize: 0\nmaxSize: 4\ninstanceType: p5.48xlarge\nregion: local\nzone: local-a\n\
-             capacity: {{cpu: \"192\", memory: 2048Gi, pods: 110}}\n\
+             capacity: {{cpu: \"192\", memory: 2048Gi, ephemeralStorage: 7600Gi, pods: 110}}\n\
              gpu: {{count: 8, product: NVIDIA-H100-80GB-HBM3, memory: 81559Mi}}\n\
              taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]\n\
              backend: {{type: kwok, {backend}}}\n{group_extra}"

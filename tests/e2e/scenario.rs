@@ -86,7 +86,7 @@ impl Group {
             .unwrap_or_default();
         format!(
             "id: {id}\nminSize: 0\nmaxSize: {max}\ninstanceType: p5.48xlarge\nregion: local\nzone: local-a\n\
-             capacity: {{cpu: \"192\", memory: 2048Gi, pods: 110}}\n\
+             capacity: {{cpu: \"192\", memory: 2048Gi, ephemeralStorage: 7600Gi, pods: 110}}\n\
              gpu: {{count: {GPUS_PER_NODE}, product: NVIDIA-H100-80GB-HBM3, memory: 81559Mi}}\n\
              taints: [{{key: {GPU}, value: present, effect: NoSchedule}}]\n{csi}\
              backend: {{type: kwok, {backend}}}\n{extra}\n",

@@ -1,0 +1,167 @@
+//! Checks the mutual-TLS files the way `serve` uses them, so `validate` refuses what `serve`
+//! would: a certificate file with no PEM certificate, a key file with no usable private key,
+//! a key that does not belong to the certificate, a client CA that cannot be a trust anchor.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+
+use super::TlsFiles;
+
+/// Largest TLS file read: 1 MiB (a large CA bundle is a few hundred KiB).
+pub const MAX_TLS_FILE_BYTES: u64 = 1 << 20;
+
+/// One problem with one TLS file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsProblem {
+    /// The setting naming the file, e.g. `server.tls.certFile`.
+    pub field: &'static str,
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for TlsProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.field,
+            self.path.display(),
+            self.message
+        )
+    }
+}
+
+/// Every problem found in a set of TLS files.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct TlsError(pub Vec<TlsProblem>);
+
+const CERT: &str = "server.tls.certFile";
+const KEY: &str = "server.tls.keyFile";
+const CA: &str = "server.tls.clientCaFile";
+
+impl TlsFiles {
+    /// Reads and checks the three files: the certificate file holds at least one PEM
+    /// certificate, the key file a PEM private key (PKCS#8, PKCS#1 or SEC1) of a supported
+    /// type whose public key is the certificate's, and the client CA file at least one PEM
+    /// certificate usable as a trust anchor.
+    ///
+    /// # Errors
+    /// [`TlsError`] listing every problem, each naming its setting and file.
+    pub fn check(&self) -> Result<(), TlsError> {
+        let mut problems = Vec::new();
+        let mut problem = |field, path: &Path, message: String| {
+            problems.push(TlsProblem {
+                field,
+                path: path.to_path_buf(),
+                message,
+            });
+        };
+        let certs = read(&self.cert_file).and_then(|b| certificates(&b));
+        let certs = certs.map_err(|m| problem(CERT, &self.cert_file, m)).ok();
+        let key = read(&self.key_file).and_then(|b| private_key(&b));
+        let key = key.map_err(|m| problem(KEY, &self.key_file, m)).ok();
+        if let (Some(certs), Some(key)) = (certs, key) {
+            match CertifiedKey::new(certs, key).keys_match() {
+                Ok(())
+                | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+                Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+                    problem(
+                        KEY,
+                        &self.key_file,
+                        format!(
+                            "does not match the certificate in {} (its public key differs)",
+                            self.cert_file.display()
+                        ),
+                    );
+                }
+                Err(e) => problem(
+                    CERT,
+                    &self.cert_file,
+                    format!("the first certificate cannot be parsed: {e}"),
+                ),
+            }
+        }
+        if let Err(m) = read(&self.client_ca_file).and_then(|b| trust_anchors(&b)) {
+            problem(CA, &self.client_ca_file, m);
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(TlsError(problems))
+        }
+    }
+}
+
+/// The file's bytes, at most [`MAX_TLS_FILE_BYTES`].
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot be read: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "is a {}, not a regular file",
+            crate::yaml::file_kind(&meta)
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_TLS_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    if bytes.len() as u64 > MAX_TLS_FILE_BYTES {
+        return Err(format!(
+            "is larger than the {} limit for TLS files",
+            crate::yaml::Size(MAX_TLS_FILE_BYTES)
+        ));
+    }
+    Ok(bytes)
+}
+
+fn pem_error(e: &pem::Error) -> String {
+    format!("is not valid PEM: {e}")
+}
+
+fn certificates(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_slice_iter(bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_error(&e))?;
+    if certs.is_empty() {
+        return Err(
+            "contains no PEM certificate (a \"-----BEGIN CERTIFICATE-----\" block)".to_owned(),
+        );
+    }
+    Ok(certs)
+}
+
+fn private_key(bytes: &[u8]) -> Result<Arc<dyn rustls::sign::SigningKey>, String> {
+    let key = match PrivateKeyDer::from_pem_slice(bytes) {
+        Ok(key) => key,
+        Err(pem::Error::NoItemsFound) => {
+            return Err(
+                "contains no PEM private key (a \"-----BEGIN PRIVATE KEY-----\", \
+                        \"RSA PRIVATE KEY\" or \"EC PRIVATE KEY\" block)"
+                    .to_owned(),
+            );
+        }
+        Err(e) => return Err(pem_error(&e)),
+    };
+    rustls::crypto::ring::sign::any_supported_type(&key)
+        .map_err(|e| format!("holds a private key that cannot be used: {e}"))
+}
+
+fn trust_anchors(bytes: &[u8]) -> Result<(), String> {
+    let mut store = RootCertStore::empty();
+    for cert in certificates(bytes)? {
+        store
+            .add(cert)
+            .map_err(|e| format!("holds a certificate that cannot be a trust anchor: {e}"))?;
+    }
+    Ok(())
+}

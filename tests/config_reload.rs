@@ -1,0 +1,174 @@
+//! Configuration reload on Refresh against hostile or careless edits (issue 10): a group file
+//! replaced by something that is not a readable regular file, an alias bomb or an oversized
+//! file keeps the last good configuration and is reported, and a Kubernetes-ConfigMap-style
+//! symlink swap is picked up.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::os::unix::fs::symlink;
+
+use common::{Client, TestServer, metrics, node_groups, sample};
+use gangscaler::proto;
+
+const PROVIDER: &str =
+    "server:\n  address: \"127.0.0.1:0\"\n  metricsAddress: \"127.0.0.1:0\"\n  plaintext: true\n";
+
+/// A group at target 0: before the fix, losing its file removed it silently.
+fn idle(max: u32) -> String {
+    format!(
+        "id: idle\nminSize: 0\nmaxSize: {max}\ninstanceType: m7i.large\nregion: us-east-1\nzone: us-east-1a\n"
+    )
+}
+
+async fn refresh(c: &mut Client) {
+    c.refresh(proto::RefreshRequest {})
+        .await
+        .expect("Refresh never fails");
+}
+
+fn reloads(m: &str, outcome: &str) -> f64 {
+    sample(
+        m,
+        &format!("gangscaler_config_reloads_total{{outcome=\"{outcome}\"}}"),
+    )
+    .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_group_file_replaced_by_an_unusable_entry_keeps_the_group_and_is_reported() {
+    let server = TestServer::start(&[
+        ("provider.yaml", PROVIDER),
+        ("nodegroups/idle.yaml", &idle(2)),
+    ])
+    .await;
+    let mut c = server.client().await;
+    let groups = server.dir.path().join("nodegroups");
+    let file = groups.join("idle.yaml");
+    assert_eq!(node_groups(&mut c).await.get("idle"), Some(&(0, 2)));
+
+    let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x]\n");
+    // 9^6 scalars expanded: refused by the budget, harmless if the budget ever regressed.
+    for i in 1u8..6 {
+        let (prev, name) = (char::from(b'a' + i - 1), char::from(b'a' + i));
+        let items = vec![format!("*{prev}"); 9].join(",");
+        bomb.push_str(&format!("{name}: &{name} [{items}]\n"));
+    }
+    type Replace = Box<dyn Fn(&std::path::Path)>;
+    let cases: Vec<(&str, Replace)> = vec![
+        ("a directory", Box::new(|f| std::fs::create_dir(f).unwrap())),
+        (
+            "a dangling symlink",
+            Box::new(|f| symlink("gone.yaml", f).unwrap()),
+        ),
+        (
+            "a symlink loop",
+            Box::new(|f| symlink("idle.yaml", f).unwrap()),
+        ),
+        (
+            "an alias bomb",
+            Box::new(move |f| std::fs::write(f, &bomb).unwrap()),
+        ),
+        (
+            "a file over 1 MiB",
+            Box::new(|f| {
+                std::fs::write(f, format!("{}\n{}", idle(2), "#".repeat(1 << 20))).unwrap()
+            }),
+        ),
+    ];
+    let mut failures = 0.0;
+    for (what, replace) in cases {
+        std::fs::remove_file(&file).unwrap();
+        replace(&file);
+        refresh(&mut c).await;
+        assert_eq!(
+            node_groups(&mut c).await.get("idle"),
+            Some(&(0, 2)),
+            "{what}: the group must stay"
+        );
+        let m = metrics(server.http).await;
+        failures += 1.0;
+        assert_eq!(
+            reloads(&m, "failure"),
+            failures,
+            "{what}: reported once: {m}"
+        );
+        assert_eq!(
+            sample(&m, "gangscaler_config_valid"),
+            Some(0.0),
+            "{what}: {m}"
+        );
+        refresh(&mut c).await;
+        assert_eq!(
+            reloads(&metrics(server.http).await, "failure"),
+            failures,
+            "{what}: not re-counted on every loop"
+        );
+        // Restore a valid file (a directory needs removing as such).
+        if file.is_dir() {
+            std::fs::remove_dir(&file).unwrap();
+        } else {
+            std::fs::remove_file(&file).unwrap();
+        }
+        std::fs::write(&file, idle(3)).unwrap();
+        refresh(&mut c).await;
+        assert_eq!(
+            node_groups(&mut c).await.get("idle"),
+            Some(&(0, 3)),
+            "{what}"
+        );
+        std::fs::write(&file, idle(2)).unwrap();
+        refresh(&mut c).await;
+        assert_eq!(
+            node_groups(&mut c).await.get("idle"),
+            Some(&(0, 2)),
+            "{what}"
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_configmap_style_symlink_swap_is_picked_up_and_hidden_directories_are_not_read() {
+    // What the kubelet writes for a ConfigMap volume: a timestamped directory, a `..data`
+    // symlink to it, and one symlink per key through `..data`.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let v1 = root.join("..2026_05_01_10_00_00.000000001");
+    std::fs::create_dir(&v1).unwrap();
+    std::fs::write(
+        v1.join("provider.yaml"),
+        format!("{PROVIDER}nodeGroupsDir: .\n"),
+    )
+    .unwrap();
+    std::fs::write(v1.join("idle.yaml"), idle(2)).unwrap();
+    symlink(v1.file_name().unwrap(), root.join("..data")).unwrap();
+    symlink("..data/provider.yaml", root.join("provider.yaml")).unwrap();
+    symlink("..data/idle.yaml", root.join("idle.yaml")).unwrap();
+    let server = TestServer::start_in(tmp).await;
+    let mut c = server.client().await;
+    let root = server.dir.path();
+    let groups = node_groups(&mut c).await;
+    assert_eq!(groups.len(), 1, "provider.yaml is not a group: {groups:?}");
+    assert_eq!(groups.get("idle"), Some(&(0, 2)));
+
+    // The kubelet's atomic update: a new directory, then `..data` swapped to it.
+    let v2 = root.join("..2026_05_01_10_05_00.000000002");
+    std::fs::create_dir(&v2).unwrap();
+    std::fs::write(
+        v2.join("provider.yaml"),
+        format!("{PROVIDER}nodeGroupsDir: .\n"),
+    )
+    .unwrap();
+    std::fs::write(v2.join("idle.yaml"), idle(5)).unwrap();
+    symlink(v2.file_name().unwrap(), root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    refresh(&mut c).await;
+    let groups = node_groups(&mut c).await;
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups.get("idle"), Some(&(0, 5)));
+    let m = metrics(server.http).await;
+    assert_eq!(reloads(&m, "failure"), 0.0, "{m}");
+    server.stop().await;
+}
