@@ -1291,7 +1291,7 @@ fn load_audit_config(
     fs::write(
         dir.path().join("nodegroups/gpu-a.yaml"),
         "id: gpu-a\nminSize: 0\nmaxSize: 4\ninstanceType: p5\nregion: r\nzone: z\n\
-         capacity:\n  cpu: \"8\"\n  memory: 64Gi\n  pods: 110\n",
+         capacity:\n  cpu: \"8\"\n  memory: 64Gi\n  ephemeralStorage: 100Gi\n  pods: 110\n",
     )
     .unwrap();
     gangscaler::config::Source::with_env(dir.path(), std::collections::HashMap::new()).load()
@@ -1302,8 +1302,10 @@ fn audit_file_mode_defaults_to_owner_only_and_takes_a_quoted_octal_mode() {
     let audit_of = |m| load_audit_config(m).unwrap().provider.audit.unwrap();
     assert_eq!(audit_of(None).file_mode, 0o600);
     assert_eq!(audit_of(Some("\"0640\"")).file_mode, 0o640);
+    // Unquoted, the leading zero survives: gangscaler's YAML reader keeps `0640` as written
+    // (no YAML 1.1 octal or 1.2 decimal guess), so it means the same as quoted.
+    assert_eq!(audit_of(Some("0640")).file_mode, 0o640);
     for (written, shown) in [
-        ("0640", "\"640\""), // unquoted: a YAML number
         ("\"0644x\"", "\"0644x\""),
         ("\"0400\"", "\"0400\""), // the owner cannot write
         ("\"0666\"", "\"0666\""), // others can write

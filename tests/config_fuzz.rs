@@ -79,7 +79,9 @@ fn load(
 /// node-group directory), and so does its message.
 fn names_its_file(result: &Result<Loaded, Error>, dir: &Path, files: &[PathBuf]) {
     let Err(err) = result else { return };
-    let known = |p: &Path| files.iter().any(|f| f == p) || p == dir.join("nodegroups");
+    // A written file, or a path under the config directory: a mutated `nodeGroupsDir`
+    // (say `007`) is read relative to it and named when it does not exist.
+    let known = |p: &Path| files.iter().any(|f| f == p) || p.starts_with(dir);
     let text = err.to_string();
     match err {
         Error::Read { path, .. }
