@@ -6,6 +6,7 @@
 //! of gRPC.
 
 pub mod admission;
+mod failed;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -101,6 +102,8 @@ pub struct Engine {
     admission: Option<admission::Admission>,
     audit: Option<Arc<Recorder>>,
     events: Option<crate::events::EventPublisher>,
+    /// Failed instances CA deleted before the lifecycle loop read them (with the audit log).
+    failed: std::sync::Mutex<failed::FailedLedger>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -137,6 +140,7 @@ impl Engine {
             admission: None,
             audit: None,
             events: None,
+            failed: std::sync::Mutex::new(failed::FailedLedger::default()),
         };
         let loaded = engine.config.load_full();
         engine.sync(&loaded.groups).await?;
@@ -439,6 +443,10 @@ impl Engine {
         let result = self.backend(g)?.delete(g, nodes).await;
         self.observe(g, "delete", &result);
         let target = result?;
+        if self.audit.is_some() {
+            self.failed_ledger()
+                .deleted(g.id.as_str(), nodes.iter().map(|n| n.provider_id.as_str()));
+        }
         info!(node_group.id = %g.id, nodes = %NodeList(nodes), target, "nodes deleted");
         Ok(target)
     }
@@ -474,7 +482,17 @@ impl Engine {
     pub async fn nodes(&self, id: &str) -> Result<Vec<Instance>> {
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
-        Ok(self.backend(g)?.instances(g).await?)
+        let instances = self.backend(g)?.instances(g).await?;
+        if self.audit.is_some() {
+            self.failed_ledger().listed(g.id.as_str(), &instances);
+        }
+        Ok(instances)
+    }
+
+    fn failed_ledger(&self) -> std::sync::MutexGuard<'_, failed::FailedLedger> {
+        self.failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The group's template node.
@@ -577,11 +595,16 @@ impl Engine {
 /// backend.
 #[async_trait]
 impl InstanceSource for Engine {
+    /// The group's instances, and once each, the failed instances CA deleted since the last
+    /// call before any listing showed them to this loop (see [`failed`]).
     async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError> {
-        self.nodes(group).await.map_err(|e| match e {
+        let mut instances = self.nodes(group).await.map_err(|e| match e {
             Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),
             e => InstancesError::Backend(Box::new(e)),
-        })
+        })?;
+        let deleted = self.failed_ledger().take_deleted(group, &instances);
+        instances.extend(deleted);
+        Ok(instances)
     }
 }
 

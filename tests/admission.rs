@@ -320,3 +320,60 @@ async fn every_decision_lands_in_the_audit_log_rejections_included() {
     assert_eq!(decisions[1].applied_delta, 0);
     assert!(decisions[1].scale_up_id.is_none());
 }
+
+#[tokio::test]
+async fn failed_instances_ca_deletes_before_the_lifecycle_reads_them_still_reach_it_once() {
+    use gangscaler::audit;
+    use gangscaler::model::{BackendSpec, ErrorCode, MemoryBackendSpec, SimulatedFailure};
+    use gangscaler::scaleup::{InstanceSource, Recorder, Timeouts};
+    let dir = tempfile::tempdir().unwrap();
+    let (recorder, _) = Recorder::open(
+        dir.path().join("audit.jsonl"),
+        audit::Config::new(),
+        Timeouts::default(),
+    )
+    .unwrap();
+    let mut g = h100(4);
+    g.backend = BackendSpec::Memory(MemoryBackendSpec {
+        create_delay: std::time::Duration::ZERO,
+        provision_delay: std::time::Duration::ZERO,
+        failure: Some(SimulatedFailure {
+            after_instances: 0,
+            code: ErrorCode::Stockout,
+        }),
+    });
+    let objects = gang("train", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z");
+    let e = engine(g, Policy::Strict, &objects)
+        .await
+        .with_audit(Arc::new(recorder));
+    e.increase_size("h100", 2).await.unwrap();
+    // CA lists the group, sees two failed instances and deletes them at once.
+    let listed = e.nodes("h100").await.unwrap();
+    let failed: Vec<NodeRef> = listed
+        .iter()
+        .filter(|i| i.error.is_some())
+        .map(|i| NodeRef {
+            provider_id: i.id.clone(),
+            name: i.node_name.clone(),
+        })
+        .collect();
+    assert_eq!(failed.len(), 2, "{listed:?}");
+    e.delete_nodes("h100", &failed).await.unwrap();
+    assert!(
+        e.nodes("h100").await.unwrap().is_empty(),
+        "CA sees them gone"
+    );
+    // The lifecycle's next read still shows the failures, once.
+    let seen = InstanceSource::instances(&e, "h100").await.unwrap();
+    let codes: Vec<_> = seen
+        .iter()
+        .map(|i| i.error.as_ref().map(|e| e.code))
+        .collect();
+    assert_eq!(codes, vec![Some(ErrorCode::Stockout); 2], "{seen:?}");
+    assert!(
+        InstanceSource::instances(&e, "h100")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -11,7 +11,9 @@
 //!    and logs and publishes one Warning Event per such gang, once while it stays unseen;
 //! 2. gathers [`Facts`] for the node groups with open scale-ups: the backend's instances, the
 //!    nodes registered for them, and every gang's progress (bound, formed, volumes attached,
-//!    running, disrupted);
+//!    running, disrupted). The engine's instance source also hands over, once, failed
+//!    instances CA deleted since the last tick (CA often deletes them within a second of
+//!    seeing them, well inside one interval);
 //! 3. appends the phase and outcome records that bring the log up to date
 //!    ([`Recorder::reconcile`]), then updates the metrics and publishes the events each one
 //!    implies. A record that could not be appended is computed again at the next tick, so
