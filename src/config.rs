@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use load::{Fingerprint, PROVIDER_FILE, Source};
-pub use tls::{MAX_TLS_FILE_BYTES, TlsError, TlsProblem};
+pub use tls::{MAX_TLS_FILE_BYTES, TlsError, TlsMaterial, TlsProblem};
 
 use crate::model::NodeGroupSpec;
 

@@ -6,7 +6,6 @@ mod conn;
 mod tls;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -43,25 +42,6 @@ pub enum Error {
         /// Cause.
         #[source]
         source: std::io::Error,
-    },
-    /// A TLS file could not be read.
-    #[error("reading TLS file {}", path.display())]
-    TlsFile {
-        /// Path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A TLS file holds no usable PEM block of the kind its field needs.
-    #[error("{field} {}: {message}", path.display())]
-    TlsPem {
-        /// The setting naming the file, e.g. `server.tls.certFile`.
-        field: &'static str,
-        /// Path.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
     },
     /// A TLS file is unusable: no PEM certificate, no usable key, a key that does not match
     /// the certificate, a client CA that cannot be a trust anchor.
@@ -118,26 +98,23 @@ impl std::fmt::Debug for Server {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|source| Error::TlsFile {
-        path: path.to_path_buf(),
-        source,
-    })
-}
+/// Concurrent RPCs per gRPC connection at most (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`);
+/// with `server.connections.max` it bounds the requests held at once. Cluster Autoscaler
+/// issues its calls one or a few at a time over a single connection.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 100;
 
 impl Server {
     /// Builds the engine and binds both listeners (port 0 picks a free port).
     ///
     /// # Errors
-    /// [`Error::Bind`], [`Error::TlsFile`], [`Error::TlsFiles`] or [`Error::Engine`].
+    /// [`Error::Bind`], [`Error::TlsFiles`], [`Error::Tls`] or [`Error::Engine`].
     pub async fn bind(loaded: Loaded, source: Option<config::Source>) -> Result<Self, Error> {
         let metrics = Arc::new(Metrics::new());
         let settings = loaded.provider.server.clone();
         let tls = match &settings.transport {
             Transport::Tls(files) => {
-                // Refuse unusable material here, by name, rather than with a handshake error
-                // ("peer sent no certificates") on the first connection.
-                files.check().map_err(Error::TlsFiles)?;
+                // Unusable material is refused here, by name, rather than with a handshake
+                // error ("peer sent no certificates") on the first connection.
                 Some(tls::acceptor(files)?)
             }
             Transport::Plaintext { non_loopback } => {
@@ -352,6 +329,7 @@ impl Server {
         });
         let limits = self.connections;
         let mut builder = tonic::transport::Server::builder()
+            .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
             .http2_keepalive_interval(Some(limits.keepalive_interval))
             .http2_keepalive_timeout(Some(limits.keepalive_timeout))
             .layer(MapResponseLayer::new(

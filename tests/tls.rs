@@ -13,14 +13,12 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use common::pki::TestCa;
 use common::{Client, DEADLINE, TestServer, sample, write_files};
 use gangscaler::config::{self, Source, Transport};
 use gangscaler::proto;
 use gangscaler::proto::cloud_provider_client::CloudProviderClient;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
-};
+use rcgen::ExtendedKeyUsagePurpose;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
@@ -42,41 +40,14 @@ struct Pki {
     other_client: Pair,
 }
 
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    CertifiedIssuer::self_signed(params, KeyPair::generate().expect("CA key"))
-        .expect("CA certificate")
-}
-
-fn leaf(
-    issuer: &Issuer<'_, KeyPair>,
-    name: &str,
-    sans: &[&str],
-    usage: ExtendedKeyUsagePurpose,
-) -> Pair {
-    let sans: Vec<String> = sans.iter().map(|s| (*s).to_owned()).collect();
-    let mut params = CertificateParams::new(sans).expect("leaf params");
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![usage];
-    let key = KeyPair::generate().expect("leaf key");
-    let cert = params.signed_by(&key, issuer).expect("signing leaf");
-    Pair {
-        cert: cert.pem(),
-        key: key.serialize_pem(),
-    }
+fn leaf(ca: &TestCa, name: &str, sans: &[&str], usage: ExtendedKeyUsagePurpose) -> Pair {
+    let (cert, key) = ca.leaf(name, None, sans, usage);
+    Pair { cert, key }
 }
 
 fn pki() -> Pki {
-    let ca_ = ca("gangscaler test CA");
-    let other = ca("unrelated CA");
+    let ca_ = TestCa::new("gangscaler test CA");
+    let other = TestCa::new("unrelated CA");
     Pki {
         ca: ca_.pem(),
         server: leaf(

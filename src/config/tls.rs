@@ -1,6 +1,8 @@
-//! Checks the mutual-TLS files the way `serve` uses them, so `validate` refuses what `serve`
-//! would: a certificate file with no PEM certificate, a key file with no usable private key,
-//! a key that does not belong to the certificate, a client CA that cannot be a trust anchor.
+//! Reads and checks the mutual-TLS files: [`TlsFiles::load`] is the one loader, used by
+//! `validate` (through [`TlsFiles::check`]) and by `serve` (which builds its acceptor from the
+//! [`TlsMaterial`] it returns), so `validate` refuses exactly what `serve` would: a certificate
+//! file with no PEM certificate, a key file with no usable private key, a key that does not
+//! belong to the certificate, a client CA that cannot be a trust anchor.
 
 use std::fmt;
 use std::io::Read;
@@ -45,6 +47,17 @@ impl fmt::Display for TlsProblem {
 #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
 pub struct TlsError(pub Vec<TlsProblem>);
 
+/// The parsed contents of the three TLS files, checked to fit together.
+#[derive(Debug)]
+pub struct TlsMaterial {
+    /// The server's certificate chain, leaf first.
+    pub certs: Vec<CertificateDer<'static>>,
+    /// The private key of the leaf certificate.
+    pub key: PrivateKeyDer<'static>,
+    /// The client CA certificates, as trust anchors.
+    pub client_roots: RootCertStore,
+}
+
 const CERT: &str = "server.tls.certFile";
 const KEY: &str = "server.tls.keyFile";
 const CA: &str = "server.tls.clientCaFile";
@@ -57,7 +70,7 @@ impl TlsFiles {
     ///
     /// # Errors
     /// [`TlsError`] listing every problem, each naming its setting and file.
-    pub fn check(&self) -> Result<(), TlsError> {
+    pub fn load(&self) -> Result<TlsMaterial, TlsError> {
         let mut problems = Vec::new();
         let mut problem = |field, path: &Path, message: String| {
             problems.push(TlsProblem {
@@ -70,10 +83,13 @@ impl TlsFiles {
         let certs = certs.map_err(|m| problem(CERT, &self.cert_file, m)).ok();
         let key = read(&self.key_file).and_then(|b| private_key(&b));
         let key = key.map_err(|m| problem(KEY, &self.key_file, m)).ok();
-        if let (Some(certs), Some(key)) = (certs, key) {
-            match CertifiedKey::new(certs, key).keys_match() {
+        let mut matched = false;
+        if let (Some(certs), Some((_, signer))) = (&certs, &key) {
+            match CertifiedKey::new(certs.clone(), signer.clone()).keys_match() {
                 Ok(())
-                | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+                | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
+                    matched = true;
+                }
                 Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
                     problem(
                         KEY,
@@ -91,14 +107,26 @@ impl TlsFiles {
                 ),
             }
         }
-        if let Err(m) = read(&self.client_ca_file).and_then(|b| trust_anchors(&b)) {
-            problem(CA, &self.client_ca_file, m);
+        let roots = read(&self.client_ca_file).and_then(|b| trust_anchors(&b));
+        let roots = roots.map_err(|m| problem(CA, &self.client_ca_file, m)).ok();
+        match (certs, key, roots) {
+            (Some(certs), Some((key, _)), Some(client_roots)) if matched && problems.is_empty() => {
+                Ok(TlsMaterial {
+                    certs,
+                    key,
+                    client_roots,
+                })
+            }
+            _ => Err(TlsError(problems)),
         }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(TlsError(problems))
-        }
+    }
+
+    /// [`Self::load`], keeping only the verdict.
+    ///
+    /// # Errors
+    /// As [`Self::load`].
+    pub fn check(&self) -> Result<(), TlsError> {
+        self.load().map(|_| ())
     }
 }
 
@@ -140,7 +168,10 @@ fn certificates(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
-fn private_key(bytes: &[u8]) -> Result<Arc<dyn rustls::sign::SigningKey>, String> {
+/// The key, and the signer rustls makes of it (proof that its type is supported).
+type Key = (PrivateKeyDer<'static>, Arc<dyn rustls::sign::SigningKey>);
+
+fn private_key(bytes: &[u8]) -> Result<Key, String> {
     let key = match PrivateKeyDer::from_pem_slice(bytes) {
         Ok(key) => key,
         Err(pem::Error::NoItemsFound) => {
@@ -152,16 +183,17 @@ fn private_key(bytes: &[u8]) -> Result<Arc<dyn rustls::sign::SigningKey>, String
         }
         Err(e) => return Err(pem_error(&e)),
     };
-    rustls::crypto::ring::sign::any_supported_type(&key)
-        .map_err(|e| format!("holds a private key that cannot be used: {e}"))
+    let signer = rustls::crypto::ring::sign::any_supported_type(&key)
+        .map_err(|e| format!("holds a private key that cannot be used: {e}"))?;
+    Ok((key, signer))
 }
 
-fn trust_anchors(bytes: &[u8]) -> Result<(), String> {
+fn trust_anchors(bytes: &[u8]) -> Result<RootCertStore, String> {
     let mut store = RootCertStore::empty();
     for cert in certificates(bytes)? {
         store
             .add(cert)
             .map_err(|e| format!("holds a certificate that cannot be a trust anchor: {e}"))?;
     }
-    Ok(())
+    Ok(store)
 }

@@ -109,6 +109,56 @@ struct LastKnown {
     instances: Option<Vec<Instance>>,
 }
 
+/// Consecutive failures of the periodic steps of [`KwokProvisioner::run`], per step and group:
+/// the first failure of a streak is logged at warn, the others at debug, and the success that
+/// ends it at info with the streak's length. An API-server outage thus logs one warning per
+/// step and group, not one per tick.
+#[derive(Debug, Default)]
+struct Streaks(BTreeMap<(&'static str, String), u64>);
+
+/// How [`Streaks::report`] logged a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Logged {
+    /// A success after a success: nothing.
+    Quiet,
+    /// The first failure of a streak.
+    Warn,
+    /// A later failure of a streak.
+    Debug,
+    /// The success ending a streak of this many failures.
+    Recovered(u64),
+}
+
+impl Streaks {
+    /// Logs `result` of `step` for `group` (empty for every group) as described above.
+    fn report(&mut self, step: &'static str, group: &str, result: Result<()>) -> Logged {
+        let key = (step, group.to_owned());
+        match result {
+            Ok(()) => match self.0.remove(&key) {
+                Some(failures) => {
+                    info!(
+                        node_group.id = group,
+                        step, failures, "recovered after failing"
+                    );
+                    Logged::Recovered(failures)
+                }
+                None => Logged::Quiet,
+            },
+            Err(e) => {
+                let failures = self.0.entry(key).or_insert(0);
+                *failures += 1;
+                if *failures == 1 {
+                    warn!(node_group.id = group, step, error = %e, "failed; retrying every tick (further failures are logged at debug)");
+                    Logged::Warn
+                } else {
+                    debug!(node_group.id = group, step, error = %e, failures = *failures, "still failing; will retry");
+                    Logged::Debug
+                }
+            }
+        }
+    }
+}
+
 /// The kwok provisioning backend.
 pub struct KwokProvisioner {
     client: kube::Client,
@@ -698,6 +748,7 @@ impl KwokProvisioner {
     ) {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut streaks = Streaks::default();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -708,17 +759,14 @@ impl KwokProvisioner {
                 .filter(|g| matches!(g.backend, BackendSpec::Kwok(_)))
                 .collect();
             for g in &groups {
-                if let Err(e) = self.materialize(g).await {
-                    warn!(node_group.id = %g.id, error = %e, "materialising kwok nodes failed; will retry");
-                }
+                let result = self.materialize(g).await;
+                let _ = streaks.report("materialising kwok nodes", g.id.as_str(), result);
             }
-            if let Err(e) = self.simulate_attach(&groups).await {
-                warn!(error = %e, "simulated CSI attacher failed; will retry");
-            }
+            let result = self.simulate_attach(&groups).await;
+            let _ = streaks.report("simulated CSI attacher", "", result);
             for g in &groups {
-                if let Err(e) = self.advertise_devices(g).await {
-                    warn!(node_group.id = %g.id, error = %e, "advertising late RDMA resources failed; will retry");
-                }
+                let result = self.advertise_devices(g).await;
+                let _ = streaks.report("advertising late RDMA resources", g.id.as_str(), result);
             }
         }
     }
@@ -1124,6 +1172,37 @@ mod tests {
             state: InstanceState::Running,
             error: None,
         }
+    }
+
+    #[test]
+    fn a_failing_step_warns_once_per_streak_and_says_when_it_recovers() {
+        let mut s = Streaks::default();
+        let fail = || {
+            Err(Error::Unreachable {
+                group: NodeGroupId::new("g"),
+                backend: "kwok",
+                message: "connection refused".into(),
+            })
+        };
+        let seen: Vec<Logged> = vec![
+            s.report("step", "g", fail()),
+            s.report("step", "g", fail()),
+            s.report("step", "other", fail()),
+            s.report("step", "g", Ok(())),
+            s.report("step", "g", Ok(())),
+            s.report("step", "g", fail()),
+        ];
+        assert_eq!(
+            seen,
+            vec![
+                Logged::Warn,
+                Logged::Debug,
+                Logged::Warn,
+                Logged::Recovered(2),
+                Logged::Quiet,
+                Logged::Warn
+            ]
+        );
     }
 
     #[tokio::test]

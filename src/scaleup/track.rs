@@ -26,8 +26,9 @@ pub type Key = (String, Option<GangId>);
 /// When an open scale-up is given up on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
-    /// `registrationTimeout` when the nodes have not registered this long after the request
-    /// (15 minutes by default, CA's `max-node-provision-time`).
+    /// `registrationTimeout` when the nodes have not registered this long after the request,
+    /// or for a scale-up without gangs, have not become Ready (15 minutes by default, CA's
+    /// `max-node-provision-time`).
     pub registration_ms: u64,
     /// `formationTimeout` when the gang has not formed this long after the request (30 minutes
     /// by default).
@@ -241,7 +242,8 @@ impl Tracker {
     /// [`PhaseEvent`] and one [`OutcomeEvent`], in that order. Pure.
     ///
     /// Without an observed outcome, the lifecycle ends with `registrationTimeout` before
-    /// `nodesRegistered`, `formationTimeout` before `gangFormed` (gangs only), `attachFailed`
+    /// `nodesRegistered` (before `nodesReady` without a gang), `formationTimeout` before
+    /// `gangFormed` (gangs only), `attachFailed`
     /// when the volumes are not attached [`Timeouts::attach_ms`] after formation, and
     /// `succeeded` at `nodesReady` when it has no gang.
     pub fn step(&self, open: &Open, obs: &Observation, now_ms: i64) -> Vec<Record> {
@@ -270,6 +272,18 @@ impl Tracker {
                     Outcome::RegistrationTimeout,
                     format!(
                         "nodes not registered {elapsed} ms after the request (limit {} ms)",
+                        t.registration_ms
+                    ),
+                ))
+            } else if state.gang.is_none()
+                && state.phase < Phase::NodesReady
+                && elapsed > t.registration_ms
+            {
+                // Without a gang nothing else would ever close it.
+                Some((
+                    Outcome::RegistrationTimeout,
+                    format!(
+                        "nodes registered but not Ready {elapsed} ms after the request (limit {} ms)",
                         t.registration_ms
                     ),
                 ))
@@ -442,6 +456,22 @@ mod tests {
         };
         assert_eq!(o.outcome, Outcome::FormationTimeout);
         assert_eq!(o.formed_at_ms, None);
+    }
+
+    #[test]
+    fn a_scale_up_without_gangs_whose_nodes_never_get_ready_times_out() {
+        let mut t = Tracker::new(short());
+        t.apply(&Record::new(0, decision(Some("s"), Verdict::Accept, &[])));
+        let open = t.open().next().unwrap().clone();
+        let registered = Observation::at(Phase::NodesRegistered);
+        let recs = t.step(&open, &registered, 100);
+        assert!(recs.iter().all(|r| !matches!(r.event, Event::Outcome(_))));
+        let recs = t.step(&open, &registered, 101);
+        let Some(Event::Outcome(o)) = recs.last().map(|r| &r.event) else {
+            panic!("{recs:?}")
+        };
+        assert_eq!(o.outcome, Outcome::RegistrationTimeout);
+        assert!(o.reason.contains("not Ready"), "{}", o.reason);
     }
 
     #[test]

@@ -2,58 +2,43 @@
 //! certificates chaining to the client CA are required, and ALPN `h2` is offered (grpc-go
 //! clients, CA 1.33+, insist on it). Handshakes run in [`super::conn`] under its timeout.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::crypto::ring;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
-use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 
-use super::{Error, read};
+use super::Error;
 use crate::config::TlsFiles;
 
-/// The acceptor for `files`.
+/// The acceptor for `files`, read and checked by the same loader `validate` uses
+/// ([`TlsFiles::load`]).
 ///
 /// # Errors
-/// [`Error::TlsFile`] for an unreadable file, [`Error::TlsPem`] for a file without the
-/// expected PEM blocks, [`Error::Tls`] for material rustls refuses (a key that does not match
-/// the certificate, a CA that is not a usable root).
+/// [`Error::TlsFiles`] naming every unusable file (unreadable, no PEM block of the kind its
+/// field needs, a key that does not match the certificate, a CA that cannot be a root), or
+/// [`Error::Tls`] if rustls refuses the checked material.
 pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, Error> {
-    let certs = certificates("server.tls.certFile", &files.cert_file)?;
-    let key_pem = read(&files.key_file)?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| Error::TlsPem {
-        field: "server.tls.keyFile",
-        path: files.key_file.clone(),
-        message: format!("no PEM private key: {e}"),
-    })?;
-    let mut roots = RootCertStore::empty();
-    for ca in certificates("server.tls.clientCaFile", &files.client_ca_file)? {
-        roots.add(ca).map_err(|source| Error::Tls {
-            what: format!(
-                "adding a client CA certificate from server.tls.clientCaFile {}",
-                files.client_ca_file.display()
-            ),
-            source: source.into(),
-        })?;
-    }
+    let material = files.load().map_err(Error::TlsFiles)?;
     let provider = Arc::new(ring::default_provider());
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|source| Error::Tls {
-            what: format!(
-                "building the client certificate verifier from server.tls.clientCaFile {}",
-                files.client_ca_file.display()
-            ),
-            source: source.into(),
-        })?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(
+        Arc::new(material.client_roots),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|source| Error::Tls {
+        what: format!(
+            "building the client certificate verifier from server.tls.clientCaFile {}",
+            files.client_ca_file.display()
+        ),
+        source: source.into(),
+    })?;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .and_then(|b| {
             b.with_client_cert_verifier(verifier)
-                .with_single_cert(certs, key)
+                .with_single_cert(material.certs, material.key)
         })
         .map_err(|source| Error::Tls {
             what: format!(
@@ -67,27 +52,11 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, Error> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-fn certificates(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
-    let pem = read(path)?;
-    let pem_error = |message: String| Error::TlsPem {
-        field,
-        path: path.to_path_buf(),
-        message,
-    };
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| pem_error(format!("malformed PEM: {e}")))?;
-    if certs.is_empty() {
-        return Err(pem_error(
-            "no PEM certificate (BEGIN CERTIFICATE)".to_owned(),
-        ));
-    }
-    Ok(certs)
-}
-
 #[cfg(test)]
 mod tests {
     use rcgen::{CertificateParams, KeyPair};
+
+    use std::path::Path;
 
     use super::*;
 
@@ -99,6 +68,18 @@ mod tests {
             .self_signed(&key)
             .unwrap();
         (cert.pem(), key.serialize_pem())
+    }
+
+    /// The error and its sources, as `main` prints them.
+    fn anyhow_like(err: &Error) -> String {
+        let mut text = err.to_string();
+        let mut source = std::error::Error::source(err);
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        text
     }
 
     fn refused(files: &TlsFiles) -> Error {
@@ -128,47 +109,26 @@ mod tests {
         let (ca, other_key) = pair("client CA");
         assert!(acceptor(&files(dir.path(), &cert, &key, &ca)).is_ok());
 
+        let named = |err: &Error, field: &str, file: &str| match err {
+            Error::TlsFiles(e) => {
+                e.0.iter()
+                    .any(|p| p.field == field && p.path.ends_with(file))
+            }
+            _ => false,
+        };
         let err = refused(&files(dir.path(), "not a certificate\n", &key, &ca));
-        assert!(
-            matches!(
-                &err,
-                Error::TlsPem {
-                    field: "server.tls.certFile",
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert!(err.to_string().contains("server.crt"), "{err}");
+        assert!(named(&err, "server.tls.certFile", "server.crt"), "{err:?}");
 
         let err = refused(&files(dir.path(), &cert, "garbage", &ca));
-        assert!(
-            matches!(
-                &err,
-                Error::TlsPem {
-                    field: "server.tls.keyFile",
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
+        assert!(named(&err, "server.tls.keyFile", "server.key"), "{err:?}");
 
         let err = refused(&files(dir.path(), &cert, &key, ""));
-        assert!(
-            matches!(
-                &err,
-                Error::TlsPem {
-                    field: "server.tls.clientCaFile",
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
+        assert!(named(&err, "server.tls.clientCaFile", "ca.crt"), "{err:?}");
 
         // A key that belongs to another certificate: refused at start, naming both files.
         let err = refused(&files(dir.path(), &cert, &other_key, &ca));
-        let text = err.to_string();
-        assert!(matches!(&err, Error::Tls { .. }), "{err:?}");
+        assert!(named(&err, "server.tls.keyFile", "server.key"), "{err:?}");
+        let text = anyhow_like(&err);
         assert!(
             text.contains("server.crt") && text.contains("server.key"),
             "{text}"

@@ -5,6 +5,8 @@
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod pki;
+
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::net::SocketAddr;

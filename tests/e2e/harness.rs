@@ -20,10 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
+use rcgen::{ExtendedKeyUsagePurpose, KeyPair};
+
+pub use crate::common::pki::TestCa;
 
 /// One row of `versions.env`.
 #[derive(Debug)]
@@ -222,56 +221,6 @@ struct Pki {
     admin: (String, String),
     sa_key: String,
     sa_pub: String,
-}
-
-/// A throwaway certificate authority that issues leaf certificates (PEM pairs).
-pub struct TestCa {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl TestCa {
-    /// A new self-signed CA named `cn`.
-    pub fn new(cn: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        Self { issuer }
-    }
-
-    /// The CA certificate, PEM.
-    pub fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    /// A leaf (certificate, key) for `cn` (and organisation `org`) with `sans`, for `usage`.
-    pub fn leaf(
-        &self,
-        cn: &str,
-        org: Option<&str>,
-        sans: &[&str],
-        usage: ExtendedKeyUsagePurpose,
-    ) -> (String, String) {
-        let sans: Vec<String> = sans.iter().map(|s| (*s).to_owned()).collect();
-        let mut p = CertificateParams::new(sans).unwrap();
-        p.distinguished_name.push(DnType::CommonName, cn);
-        if let Some(o) = org {
-            p.distinguished_name.push(DnType::OrganizationName, o);
-        }
-        p.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        p.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().unwrap();
-        let cert = p.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
 }
 
 fn pki() -> Pki {
