@@ -198,13 +198,14 @@ async fn ca_scale_down_takes_the_nodes_of_a_cancelled_gang_once_its_outcome_is_r
 #[ignore = "needs e2e binaries: tests/e2e/build.sh"]
 async fn ca_two_gangs_compete_for_one_groups_headroom_and_the_higher_priority_one_goes_first() {
     let mut created = None;
+    let lo_spec = GangSpec::new("lo", 4).priority("train-low");
     let s = Scenario::start_with(
         Setup::new("ca-compete", "strict", vec![Group::new("gpu", 4)]),
         async |client, api| {
             create_priority_class(client, "train-high", 1000).await;
             create_priority_class(client, "train-low", 100).await;
             // The low-priority gang is older; priority still goes first.
-            create_gang(client, api, &GangSpec::new("lo", 4).priority("train-low")).await;
+            create_gang(client, api, &lo_spec).await;
             created = Some(
                 create_gang(client, api, &GangSpec::new("hi", 4).priority("train-high")).await,
             );
@@ -227,6 +228,10 @@ async fn ca_two_gangs_compete_for_one_groups_headroom_and_the_higher_priority_on
         first.deferred.iter().any(|d| d.gang.name.starts_with("lo")),
         "{first:?}"
     );
+    // The nodes added for hi are not reserved for it: when the scheduler retries lo first
+    // it binds lo there, and hi then preempts lo (whose members are deleted). lo's Job would
+    // recreate them; so does the test.
+    let recreated = s.recreate_missing_members(&lo_spec).await;
     // hi's job finishes; lo runs on the freed nodes.
     let freed = Instant::now();
     s.delete_members("hi").await;
@@ -240,7 +245,14 @@ async fn ca_two_gangs_compete_for_one_groups_headroom_and_the_higher_priority_on
     );
     Row::new(&s, "two gangs, one group's headroom (4 × 8 GPU each, max 4)", "gpu", Some(hi_formed))
         .outcome("succeeded (hi), then lo")
-        .note(format!("hi (priority 1000) admitted, lo (100, older) deferred; lo Running {lo_after:.1}s after hi finished"))
+        .note(format!(
+            "hi (priority 1000) admitted, lo (100, older) deferred; lo Running {lo_after:.1}s after hi finished{}",
+            if recreated > 0 {
+                format!("; the scheduler bound lo to hi's new nodes first and hi preempted it ({recreated} members recreated)")
+            } else {
+                String::new()
+            }
+        ))
         .record();
 }
 

@@ -441,6 +441,21 @@ impl Scenario {
             .items
     }
 
+    /// Creates the member pods of `spec` that no longer exist, as the gang's Job would after
+    /// a preemption; returns how many.
+    pub async fn recreate_missing_members(&self, spec: &GangSpec) -> u32 {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        let mut created = 0;
+        for m in 0..spec.members {
+            let name = format!("{}-{m}", spec.name);
+            if pods.get_opt(&name).await.unwrap().is_none() {
+                create_dynamic(&self.client, spec.member(&self.api, m)).await;
+                created += 1;
+            }
+        }
+        created
+    }
+
     /// Deletes every member pod of gang `gang` (the job finished).
     pub async fn delete_members(&self, gang: &str) {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
