@@ -124,6 +124,11 @@ impl From<crate::yaml::ReadError> for Error {
 /// Largest configuration file read (`provider.yaml` or a node-group file): 1 MiB.
 pub const MAX_FILE_BYTES: u64 = crate::yaml::CONFIG.max_bytes;
 
+/// Largest `minSize`/`maxSize` of a node group: 5,000 nodes, the most Kubernetes supports in
+/// one cluster. A larger bound could only let a request through that no backend can honour
+/// (the kwok backend keeps a name per requested node in one ConfigMap).
+pub const MAX_GROUP_SIZE: u32 = 5_000;
+
 /// Result alias for this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -472,6 +472,19 @@ fn values_of_the_wrong_type_are_reported_with_the_value() {
 }
 
 #[test]
+fn a_group_bigger_than_a_kubernetes_cluster_is_refused() {
+    let dir =
+        ConfigDir::new(PROVIDER).group("gpu-a.yaml", &gpu_a_with("maxSize: 4", "maxSize: 5001"));
+    let errs = dir.errors();
+    assert_count(&errs, 1);
+    let e = expect_error(&errs, "gpu-a.yaml", "maxSize", Some("5001"));
+    assert!(e.message.contains("0 to 5000"), "{e}");
+    let ok =
+        ConfigDir::new(PROVIDER).group("gpu-a.yaml", &gpu_a_with("maxSize: 4", "maxSize: 5000"));
+    assert!(ok.load().is_ok());
+}
+
+#[test]
 fn a_section_that_is_not_a_mapping_is_reported() {
     let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &gpu_a_plus("gpu: 8\n"));
     let errs = dir.errors();

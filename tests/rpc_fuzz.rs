@@ -60,9 +60,9 @@ const GROUPS: [(&str, &str, u32, u32); 5] = [
     ),
     (
         "wide",
-        "id: wide\nminSize: 2\nmaxSize: 100000\ninstanceType: m7i.large\nregion: r\nzone: z\nbackend: {type: memory, createDelay: 1h}\n",
+        "id: wide\nminSize: 2\nmaxSize: 5000\ninstanceType: m7i.large\nregion: r\nzone: z\nbackend: {type: memory, createDelay: 1h}\n",
         2,
-        100_000,
+        5_000,
     ),
 ];
 

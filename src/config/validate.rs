@@ -32,6 +32,8 @@ pub struct GroupDefaults {
 }
 
 /// Default gRPC address.
+use super::MAX_GROUP_SIZE;
+
 const DEFAULT_ADDRESS: &str = "127.0.0.1:8086";
 /// Default metrics address.
 const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9464";
@@ -560,8 +562,8 @@ pub fn node_group(
             );
         }
     }
-    let min_size = g.int("minSize", 0, i64::from(i32::MAX), errs);
-    let max_size = g.int("maxSize", 0, i64::from(i32::MAX), errs);
+    let min_size = g.int("minSize", 0, i64::from(MAX_GROUP_SIZE), errs);
+    let max_size = g.int("maxSize", 0, i64::from(MAX_GROUP_SIZE), errs);
     for key in ["minSize", "maxSize"] {
         if !g.has(key) {
             g.missing(key, errs);
