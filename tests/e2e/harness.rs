@@ -901,8 +901,11 @@ pub struct Forwarder {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Each change of the ready backend: when, and its index (`None`: none ready).
-    pub switches: std::sync::Arc<std::sync::Mutex<Vec<(Instant, Option<usize>)>>>,
+    pub switches: Switches,
 }
+
+/// When the forwarder's ready backend changed, and to which (`None`: none ready).
+pub type Switches = std::sync::Arc<std::sync::Mutex<Vec<(Instant, Option<usize>)>>>;
 
 impl Forwarder {
     /// Forwards 127.0.0.1:`port` to the gRPC port of the first of `backends` (gRPC port,
@@ -911,7 +914,7 @@ impl Forwarder {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::{Arc, Mutex};
         let stop = Arc::new(AtomicBool::new(false));
-        let switches: Arc<Mutex<Vec<(Instant, Option<usize>)>>> = Arc::default();
+        let switches: Switches = Arc::default();
         let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
         listener.set_nonblocking(true).unwrap();
         let (stopping, log) = (stop.clone(), switches.clone());
