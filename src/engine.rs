@@ -635,7 +635,7 @@ impl Engine {
 #[async_trait]
 impl InstanceSource for Engine {
     /// The group's instances, and once each, the failed instances CA deleted since the last
-    /// call before any listing showed them to this loop (see [`failed`]).
+    /// call before any listing showed them to this loop (see the private `failed` module).
     async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError> {
         let mut instances = self.nodes(group).await.map_err(|e| match e {
             Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),

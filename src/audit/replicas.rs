@@ -210,7 +210,10 @@ mod tests {
         assert_eq!(ids(&got), ["a1", "a2", "b1", "b2", "a4", "a5"]);
         assert!(got.bad.is_empty());
         // One log: exactly its file order.
-        assert_eq!(ids(&read_merged(std::slice::from_ref(&a)).unwrap()), ["a4", "a5"]);
+        assert_eq!(
+            ids(&read_merged(std::slice::from_ref(&a)).unwrap()),
+            ["a4", "a5"]
+        );
     }
 
     fn rotated(p: &Path) -> PathBuf {
