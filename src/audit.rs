@@ -9,6 +9,8 @@
 //!   per record, torn-tail repair on open, size-based rotation, optional copy to stdout.
 //! - [`read`]: reads log files back, reporting bad or truncated lines with their numbers.
 //! - [`report`]: formation-time percentiles and rates per node group for a time window (pure).
+//! - [`replicas`]: the logs of several replicas under leader election, one per replica in a
+//!   shared directory: finding them and merging their records by time.
 //!
 //! The schema, the durability guarantees and the report's definitions are published in
 //! `docs/audit-schema.md`.
@@ -16,6 +18,7 @@
 pub mod log;
 pub mod read;
 pub mod record;
+pub mod replicas;
 pub mod report;
 
 use std::path::PathBuf;
@@ -26,6 +29,7 @@ pub use record::{
     DecisionEvent, DeferredSummary, Event, Extent, GangId, GangSummary, Outcome, OutcomeEvent,
     Phase, PhaseEvent, Record, SCHEMA_VERSION, Verdict,
 };
+pub use replicas::{IDENTITY, discover, read_merged, replica_log};
 pub use report::{Percentiles, Report, Stats, Window};
 
 /// Audit errors. Every I/O variant names the file.

@@ -63,7 +63,9 @@ pub enum AuditCommand {
     /// stderr with their line numbers and skipped.
     Report {
         /// Audit log files, in any order (`audit.jsonl*` is fine): they are read oldest first
-        /// (`LOG.N` ... `LOG.1`, then `LOG`), and a file named twice is read once.
+        /// (`LOG.N` ... `LOG.1`, then `LOG`), and a file named twice is read once. A
+        /// directory stands for every `*.jsonl` log in it with its rotated files: the logs of
+        /// every replica under leader election (`audit/{identity}.jsonl`).
         #[arg(required = true, value_name = "LOG")]
         logs: Vec<PathBuf>,
         /// Also read each LOG's rotated files (`LOG.N` ... `LOG.1`).
@@ -294,7 +296,10 @@ fn run_audit_report(
     let window = parse_window(since, until, now)?;
     let mut files = Vec::new();
     for log in logs {
-        if rotated {
+        if log.is_dir() {
+            let every = log.join(format!("{}.jsonl", audit::IDENTITY));
+            files.extend(audit::discover(&every)?);
+        } else if rotated {
             files.extend(audit::rotated_paths(log)?);
         } else {
             files.push(log.clone());

@@ -325,6 +325,40 @@ impl Default for LifecycleSettings {
     }
 }
 
+/// Leader election between replicas (`leaderElection`, enabled): only the holder of a
+/// `coordination.k8s.io` Lease acts (scale-ups, backend writes, the kwok and scale-up loops,
+/// Events); the others serve reads and are not ready. See `docs/ha.md`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElectionSettings {
+    /// Name of the Lease (`leaseName`, default `gangscaler`).
+    pub lease_name: String,
+    /// Namespace of the Lease (`namespace`, default `POD_NAMESPACE`, else `kube-system`).
+    pub namespace: String,
+    /// This replica's holder identity (`identity`, default `POD_NAME`, else the host name);
+    /// it also names this replica's audit file (`{identity}` in `audit.path`).
+    pub identity: String,
+    /// How long a lease lasts after its last renewal, as the other replicas count it from
+    /// when they saw that renewal (`leaseDuration`, default 15s, whole seconds).
+    pub lease_duration: Duration,
+    /// The leader stops acting if it has not renewed this long (`renewDeadline`, default
+    /// 10s; less than `leaseDuration`).
+    pub renew_deadline: Duration,
+    /// Time between attempts to acquire or renew (`retryPeriod`, default 2s).
+    pub retry_period: Duration,
+}
+
+impl LeaderElectionSettings {
+    /// client-go's defaults (kube-scheduler, kube-controller-manager and Cluster Autoscaler
+    /// use them): lease 15s, renew deadline 10s, retry every 2s.
+    pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+    /// See [`Self::DEFAULT_LEASE_DURATION`].
+    pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+    /// See [`Self::DEFAULT_LEASE_DURATION`].
+    pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+    /// The default lease name.
+    pub const DEFAULT_LEASE_NAME: &'static str = "gangscaler";
+}
+
 /// Settings from the provider file that are not per node group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderSettings {
@@ -344,6 +378,8 @@ pub struct ProviderSettings {
     pub audit: Option<AuditSettings>,
     /// How scale-up lifecycles are tracked and timed out (defaults when the section is absent).
     pub lifecycle: LifecycleSettings,
+    /// Leader election between replicas; `None` unless `leaderElection.enabled`.
+    pub leader_election: Option<LeaderElectionSettings>,
 }
 
 /// A loaded, validated configuration.

@@ -87,6 +87,10 @@ pub enum Error {
     /// The backend refused or failed.
     #[error(transparent)]
     Provision(#[from] provision::Error),
+    /// This replica may not change anything now: it is a standby under leader election, is
+    /// taking over, or lost the Lease (the message names the leader).
+    #[error(transparent)]
+    NotLeader(#[from] crate::leader::NotLeader),
 }
 
 /// Result alias for this module.
@@ -100,8 +104,11 @@ pub struct Engine {
     provisioners: HashMap<&'static str, Arc<dyn Provisioner>>,
     metrics: Arc<Metrics>,
     admission: Option<admission::Admission>,
-    audit: Option<Arc<Recorder>>,
+    /// Set at construction, or on taking over as leader (see [`Engine::take_over`]).
+    audit: std::sync::OnceLock<Arc<Recorder>>,
     events: Option<crate::events::EventPublisher>,
+    /// Under leader election: whether this replica may act.
+    leadership: Option<crate::leader::Status>,
     /// Failed instances CA deleted before the lifecycle loop read them (with the audit log).
     failed: std::sync::Mutex<failed::FailedLedger>,
 }
@@ -138,8 +145,9 @@ impl Engine {
             provisioners: provisioners.into_iter().map(|p| (p.kind(), p)).collect(),
             metrics,
             admission: None,
-            audit: None,
+            audit: std::sync::OnceLock::new(),
             events: None,
+            leadership: None,
             failed: std::sync::Mutex::new(failed::FailedLedger::default()),
         };
         let loaded = engine.config.load_full();
@@ -162,17 +170,42 @@ impl Engine {
 
     /// Writes every admission decision to the durable audit log behind `recorder`.
     #[must_use]
-    pub fn with_audit(mut self, recorder: Arc<Recorder>) -> Self {
-        self.audit = Some(recorder);
-        self.resume_in_flight();
+    pub fn with_audit(self, recorder: Arc<Recorder>) -> Self {
+        self.take_over(recorder);
         self
+    }
+
+    /// Refuses every change (`NodeGroupIncreaseSize`, `NodeGroupDeleteNodes`,
+    /// `NodeGroupDecreaseTargetSize`) unless `leadership` says this replica acts; reads
+    /// are answered either way.
+    #[must_use]
+    pub fn with_leadership(mut self, leadership: crate::leader::Status) -> Self {
+        self.leadership = Some(leadership);
+        self
+    }
+
+    /// Starts writing the audit log through `recorder` (opened from every replica's logs
+    /// when this replica has just become the leader) and resumes the in-flight requests it
+    /// holds. Only the first recorder is kept; later calls change nothing.
+    pub fn take_over(&self, recorder: Arc<Recorder>) {
+        if self.audit.set(recorder).is_ok() {
+            self.resume_in_flight();
+        }
+    }
+
+    /// `Ok` unless leader election says this replica may not act now.
+    fn check_leader(&self) -> Result<()> {
+        match &self.leadership {
+            Some(l) => Ok(l.check_acting()?),
+            None => Ok(()),
+        }
     }
 
     /// With both admission and the audit log: the nodes requested for gangs whose scale-up is
     /// open and not formed yet count as in flight again, so a restart does not request them
     /// twice.
     fn resume_in_flight(&self) {
-        let (Some(admission), Some(recorder)) = (&self.admission, &self.audit) else {
+        let (Some(admission), Some(recorder)) = (&self.admission, self.audit.get()) else {
             return;
         };
         let entries: Vec<_> = recorder
@@ -352,8 +385,9 @@ impl Engine {
     /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta <= 0`, the backend's
     /// refusal (above max) or failure, and with gang admission [`Error::Rejected`],
     /// [`Error::NotSynced`] or [`Error::ViewStale`] (no decision is made or recorded from a
-    /// cluster view that may be behind).
+    /// cluster view that may be behind); [`Error::NotLeader`] on a replica that may not act.
     pub async fn increase_size(&self, id: &str, delta: i32) -> Result<u32> {
+        self.check_leader()?;
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
         let delta = positive(delta, || {
@@ -364,6 +398,7 @@ impl Engine {
         })?;
         let backend = self.backend(g)?;
         let Some(admission) = &self.admission else {
+            self.check_leader()?;
             let result = backend.increase(g, delta).await;
             self.observe(g, "increase", &result);
             let target = result?;
@@ -406,6 +441,8 @@ impl Engine {
                 reason: decision.reason,
             });
         }
+        // Deciding took time: the leadership is checked again just before the write.
+        self.check_leader()?;
         let result = backend.increase(g, decision.applied_delta).await;
         self.observe(g, "increase", &result);
         let new_target = result?;
@@ -419,9 +456,10 @@ impl Engine {
     /// Deletes the named nodes from the group, lowering its target.
     ///
     /// # Errors
-    /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for an empty list, or the backend's
-    /// refusal (a node not in the group, below min).
+    /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for an empty list, the backend's
+    /// refusal (a node not in the group, below min), or [`Error::NotLeader`].
     pub async fn delete_nodes(&self, id: &str, nodes: &[NodeRef]) -> Result<u32> {
+        self.check_leader()?;
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
         if nodes.is_empty() {
@@ -443,7 +481,7 @@ impl Engine {
         let result = self.backend(g)?.delete(g, nodes).await;
         self.observe(g, "delete", &result);
         let target = result?;
-        if self.audit.is_some() {
+        if self.audit.get().is_some() {
             self.failed_ledger()
                 .deleted(g.id.as_str(), nodes.iter().map(|n| n.provider_id.as_str()));
         }
@@ -455,9 +493,10 @@ impl Engine {
     /// included, asks to cancel `|delta|` units.
     ///
     /// # Errors
-    /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta >= 0`, or the backend's
-    /// refusal (it would delete existing nodes).
+    /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta >= 0`, the backend's
+    /// refusal (it would delete existing nodes), or [`Error::NotLeader`].
     pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<u32> {
+        self.check_leader()?;
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
         if delta >= 0 {
@@ -483,7 +522,7 @@ impl Engine {
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
         let instances = self.backend(g)?.instances(g).await?;
-        if self.audit.is_some() {
+        if self.audit.get().is_some() {
             self.failed_ledger().listed(g.id.as_str(), &instances);
         }
         Ok(instances)
@@ -560,7 +599,7 @@ impl Engine {
         if let Some(events) = &self.events {
             events.decision(decision);
         }
-        let Some(recorder) = &self.audit else {
+        let Some(recorder) = self.audit.get() else {
             return;
         };
         match recorder.decision(decision, now_ms, None) {
@@ -596,7 +635,7 @@ impl Engine {
 #[async_trait]
 impl InstanceSource for Engine {
     /// The group's instances, and once each, the failed instances CA deleted since the last
-    /// call before any listing showed them to this loop (see [`failed`]).
+    /// call before any listing showed them to this loop (see the private `failed` module).
     async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError> {
         let mut instances = self.nodes(group).await.map_err(|e| match e {
             Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),

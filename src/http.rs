@@ -1,5 +1,6 @@
 //! The HTTP side endpoints: `/metrics` (Prometheus text), `/healthz` (process alive) and
-//! `/readyz` (serving gRPC with a valid configuration).
+//! `/readyz` (serving gRPC with a valid configuration, and every named [`Readiness`]
+//! condition holding, e.g. being the leader; a 503 body names those that do not).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -29,6 +30,53 @@ pub struct Endpoints {
     /// A connection whose request headers have not arrived this long after it opened (or
     /// after its previous response) is closed; `server.connections.handshakeTimeout`.
     pub header_timeout: Duration,
+    /// Further named conditions `/readyz` requires.
+    pub readiness: Readiness,
+}
+
+/// A readiness condition: `None` while it holds, else why it does not.
+pub type Probe = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// Named conditions `/readyz` requires besides serving gRPC and the cluster view's sync
+/// (e.g. `leader`: only the leader of several replicas is ready, so that a Service routes
+/// Cluster Autoscaler to it). Each is asked at every request.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    conditions: Vec<(&'static str, Probe)>,
+}
+
+impl std::fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.conditions.iter().map(|(name, _)| name))
+            .finish()
+    }
+}
+
+impl Readiness {
+    /// No conditions.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Also requires `probe`, reported as `name` when it fails.
+    #[must_use]
+    pub fn with(
+        mut self,
+        name: &'static str,
+        probe: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.conditions.push((name, Arc::new(probe)));
+        self
+    }
+
+    /// The conditions that do not hold now, with why.
+    pub fn failing(&self) -> Vec<(&'static str, String)> {
+        self.conditions
+            .iter()
+            .filter_map(|(name, probe)| probe().map(|why| (*name, why)))
+            .collect()
+    }
 }
 
 impl Endpoints {
@@ -40,16 +88,21 @@ impl Endpoints {
                 self.metrics.encode(),
             ),
             "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
-            "/readyz"
-                if self.ready.load(Ordering::Acquire) && self.synced.load(Ordering::Acquire) =>
-            {
-                (StatusCode::OK, "text/plain", "ready\n".to_owned())
+            "/readyz" => {
+                let failing = self.readiness.failing();
+                if self.ready.load(Ordering::Acquire)
+                    && self.synced.load(Ordering::Acquire)
+                    && failing.is_empty()
+                {
+                    (StatusCode::OK, "text/plain", "ready\n".to_owned())
+                } else {
+                    let mut body = "not ready\n".to_owned();
+                    for (name, why) in failing {
+                        body.push_str(&format!("{name}: {why}\n"));
+                    }
+                    (StatusCode::SERVICE_UNAVAILABLE, "text/plain", body)
+                }
             }
-            "/readyz" => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain",
-                "not ready\n".to_owned(),
-            ),
             _ => (
                 StatusCode::NOT_FOUND,
                 "text/plain",

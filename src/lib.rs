@@ -7,9 +7,9 @@
 //! main, cli  ─► server, engine, scaleup, audit, planner, cluster, config, provision,
 //!               telemetry, model, yaml
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
-//!               metrics, model
+//!               leader, metrics, model
 //! grpc       ─► engine, provision, metrics, model
-//! engine     ─► scaleup, planner, provision, cluster, config, events, metrics, model
+//! engine     ─► scaleup, planner, provision, cluster, config, events, leader, metrics, model
 //! scaleup    ─► cluster, audit, events, metrics, planner, model      (never engine)
 //! provision  ─► cluster, config, model
 //! audit      ─► planner, model                                       (never scaleup)
@@ -17,6 +17,7 @@
 //! config     ─► planner, model, yaml
 //! cluster    ─► model, yaml
 //! planner    ─► model
+//! leader     ─► config, metrics
 //! http       ─► metrics
 //! model, metrics, telemetry, yaml: nothing of ours
 //! testing    ─► config, model   (test and bench builders; planner's and provision's tests)
@@ -35,6 +36,7 @@
 //! - [`scaleup`]: what happens after a scale-up: progress, observation, the lifecycle state
 //!   machine, its recorder and loop. It lists instances through
 //!   [`scaleup::InstanceSource`], which the engine implements, so it never imports `engine`.
+//! - [`leader`]: leader election between replicas on a Lease; only the leader acts.
 //! - [`engine`]: the use cases behind each RPC; owns the live configuration.
 //! - [`grpc`]: the externalgrpc service: decode, call the engine, encode; one error table.
 //! - [`server`]: wires TLS, the gRPC server, the HTTP endpoints, the scale-up loop and
@@ -50,6 +52,7 @@ pub mod engine;
 pub mod events;
 pub mod grpc;
 pub mod http;
+pub mod leader;
 pub mod metrics;
 pub mod model;
 pub mod planner;

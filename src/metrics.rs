@@ -113,6 +113,11 @@ pub struct Metrics {
     /// 1 while the cluster view may be behind the cluster (a watch failed and has not listed
     /// again, e.g. during an API-server outage), else 0.
     pub cluster_view_stale: Gauge,
+    /// 1 while this replica holds the leader-election Lease, else 0 (always 0 without
+    /// leader election).
+    pub leader: Gauge,
+    /// Changes of the Lease holder this replica saw (another replica or itself taking it).
+    pub leader_transitions: Counter,
 }
 
 /// Buckets for scale-up and formation times: 5 s to 1 h, minute-scale in the middle.
@@ -163,6 +168,18 @@ impl Metrics {
         let gangs_pending_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
         let gangs_without_verdict = Gauge::default();
         let cluster_view_stale = Gauge::default();
+        let leader = Gauge::default();
+        let leader_transitions = Counter::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader-election Lease and so acts, else 0",
+            leader.clone(),
+        );
+        registry.sub_registry_with_prefix("leader").register(
+            "transitions",
+            "changes of the leader-election Lease holder this replica saw",
+            leader_transitions.clone(),
+        );
         registry.sub_registry_with_prefix("cluster").register(
             "view_stale",
             "1 while the cluster view may be behind the cluster: a watch failed (e.g. the API server is unreachable) and has not listed again",
@@ -291,6 +308,8 @@ impl Metrics {
             gangs_pending_seconds,
             gangs_without_verdict,
             cluster_view_stale,
+            leader,
+            leader_transitions,
         }
     }
 

@@ -1,6 +1,14 @@
 //! Wiring: binds the gRPC and HTTP listeners, sets up mutual TLS (or explicit plaintext),
 //! builds the engine with its backends and runs until shutdown. `conn` accepts gRPC
 //! connections under timeouts and a limit, `tls` builds the mutual-TLS acceptor.
+//!
+//! With leader election (`leaderElection.enabled`) every replica serves gRPC and keeps its
+//! cluster view synced, but only the leader acts. A standby's engine refuses changes, its
+//! kwok backend writes nothing and `/readyz` says it is a standby. On taking the Lease the
+//! replica opens the audit log from every replica's files (resuming the open scale-ups and
+//! in-flight requests), starts the kwok and scale-up loops and only then acts. On losing it,
+//! it aborts those loops at once and [`Server::run`] returns [`Error::LeadershipLost`], so
+//! the process exits non-zero and its kubelet restarts it as a standby.
 
 mod conn;
 mod tls;
@@ -13,13 +21,16 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::util::MapResponseLayer;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::cluster::ClusterView;
-use crate::config::{self, ConnectionSettings, Loaded, Transport};
+use crate::config::{
+    self, AuditSettings, ConnectionSettings, LeaderElectionSettings, Loaded, Transport,
+};
 use crate::engine::{self, Engine};
 use crate::grpc::{Service, status};
-use crate::http::Endpoints;
+use crate::http::{Endpoints, Readiness};
+use crate::leader::{self, Elector, KubeLeases, LeaseStore, Role};
 use crate::metrics::Metrics;
 use crate::model::BackendSpec;
 use crate::provision::Provisioner;
@@ -71,6 +82,13 @@ pub enum Error {
     /// The gRPC server failed.
     #[error("serving gRPC")]
     Serve(#[source] tonic::transport::Error),
+    /// This replica led and could not renew the Lease in time: it stopped acting at once
+    /// and exits, so that it restarts as a standby.
+    #[error("leader election")]
+    LeadershipLost(#[source] leader::Lost),
+    /// A task of the server panicked or was cancelled unexpectedly.
+    #[error("{0} task failed")]
+    Task(&'static str, #[source] tokio::task::JoinError),
 }
 
 /// A bound, not yet running server.
@@ -86,6 +104,66 @@ pub struct Server {
     watch_shutdown: CancellationToken,
     synced: Arc<AtomicBool>,
     lifecycle: Option<crate::scaleup::Loop>,
+    ha: Option<Ha>,
+}
+
+/// What a replica under leader election needs to take over once it holds the Lease.
+struct Ha {
+    election: LeaderElectionSettings,
+    store: Arc<dyn LeaseStore>,
+    status: leader::Status,
+    audit: Option<(AuditSettings, crate::scaleup::Timeouts)>,
+    lifecycle: Option<LifecycleParts>,
+}
+
+/// Everything the scale-up loop needs but the audit recorder.
+struct LifecycleParts {
+    view: Arc<ClusterView>,
+    settings: config::LifecycleSettings,
+    protect: bool,
+    publisher: Option<crate::events::EventPublisher>,
+    client: Option<kube::Client>,
+}
+
+impl LifecycleParts {
+    fn build(
+        self,
+        recorder: Arc<crate::scaleup::Recorder>,
+        engine: Arc<Engine>,
+        metrics: Arc<Metrics>,
+    ) -> crate::scaleup::Loop {
+        info!(
+            interval_ms = self.settings.interval.as_millis(),
+            scale_down_protection = self.protect,
+            no_verdict_after_ms = self.settings.no_verdict_after.as_millis(),
+            "scale-up lifecycle tracking active"
+        );
+        let mut lifecycle = crate::scaleup::Loop::new(
+            recorder,
+            self.view,
+            engine,
+            metrics,
+            self.settings.interval,
+            engine::now_ms,
+        )
+        .with_no_verdict_after(self.settings.no_verdict_after);
+        if let Some(events) = self.publisher {
+            lifecycle = lifecycle.with_events(events);
+        }
+        if let Some(client) = self.client {
+            lifecycle =
+                lifecycle.with_protection(crate::scaleup::Marker::new(client), self.protect);
+        }
+        lifecycle
+    }
+}
+
+fn audit_config(audit: &AuditSettings) -> crate::audit::Config {
+    crate::audit::Config::new()
+        .with_max_bytes(audit.max_bytes)
+        .with_keep_files(audit.keep_files)
+        .with_copy_to_stdout(audit.stdout)
+        .with_file_mode(audit.file_mode)
 }
 
 impl std::fmt::Debug for Server {
@@ -109,7 +187,22 @@ impl Server {
     /// # Errors
     /// [`Error::Bind`], [`Error::TlsFiles`], [`Error::Tls`] or [`Error::Engine`].
     pub async fn bind(loaded: Loaded, source: Option<config::Source>) -> Result<Self, Error> {
+        Self::bind_with(loaded, source, None).await
+    }
+
+    /// [`Server::bind`], with leader election (when enabled) on `leases` instead of the
+    /// Lease the settings name through the API server (tests run several servers over one
+    /// [`leader::MemoryLeases`]).
+    ///
+    /// # Errors
+    /// As [`Server::bind`].
+    pub async fn bind_with(
+        loaded: Loaded,
+        source: Option<config::Source>,
+        leases: Option<Arc<dyn LeaseStore>>,
+    ) -> Result<Self, Error> {
         let metrics = Arc::new(Metrics::new());
+        let election = loaded.provider.leader_election.clone();
         let settings = loaded.provider.server.clone();
         let tls = match &settings.transport {
             Transport::Tls(files) => {
@@ -135,7 +228,8 @@ impl Server {
             .groups
             .iter()
             .any(|g| matches!(g.backend, BackendSpec::Kwok(_)));
-        let client = if needs_kwok || k8s.watch {
+        let needs_lease_client = election.is_some() && leases.is_none();
+        let client = if needs_kwok || k8s.watch || needs_lease_client {
             Some(
                 KwokProvisioner::client(k8s)
                     .await
@@ -151,10 +245,22 @@ impl Server {
                     k8s.clone(),
                     loaded.provider.gpu_label.clone(),
                 ));
+                // A standby writes nothing, from the first read on (see `Ha`).
+                kwok.set_read_only(election.is_some());
                 provisioners.push(kwok.clone());
                 Some(kwok)
             }
             _ => None,
+        };
+        let ha_store: Option<Arc<dyn LeaseStore>> = match (&election, leases, &client) {
+            (None, _, _) => None,
+            (Some(_), Some(store), _) => Some(store),
+            (Some(e), None, Some(client)) => Some(Arc::new(KubeLeases::new(
+                client.clone(),
+                &e.namespace,
+                &e.lease_name,
+            ))),
+            (Some(_), None, None) => None,
         };
         let watch_shutdown = CancellationToken::new();
         let synced = Arc::new(AtomicBool::new(!k8s.watch));
@@ -185,30 +291,22 @@ impl Server {
         let mut engine = Engine::new(loaded, source, provisioners, metrics.clone())
             .await
             .map_err(Error::Engine)?;
-        let mut recorder_handle = None;
-        if let Some(audit) = &audit_settings {
-            let config = crate::audit::Config::new()
-                .with_max_bytes(audit.max_bytes)
-                .with_keep_files(audit.keep_files)
-                .with_copy_to_stdout(audit.stdout)
-                .with_file_mode(audit.file_mode);
+        let timeouts = {
             let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-            let timeouts = crate::scaleup::Timeouts {
+            crate::scaleup::Timeouts {
                 registration_ms: ms(lifecycle_settings.registration_timeout),
                 formation_ms: ms(lifecycle_settings.formation_timeout),
                 attach_ms: ms(lifecycle_settings.attach_timeout),
-            };
-            let (recorder, resumed) = crate::scaleup::Recorder::open(&audit.path, config, timeouts)
-                .map_err(Error::Audit)?;
-            info!(
-                audit.path = %audit.path.display(),
-                records = resumed.records,
-                open = resumed.open,
-                bad_lines = resumed.bad.len(),
-                bad_lines_unlisted = resumed.bad_unlisted,
-                repaired_bytes = resumed.repaired_bytes,
-                "audit log opened"
-            );
+            }
+        };
+        let mut recorder_handle = None;
+        // Under leader election the log is opened on taking the Lease, from every replica's
+        // files; a standby reads and writes none.
+        if let (Some(audit), None) = (&audit_settings, &election) {
+            let (recorder, resumed) =
+                crate::scaleup::Recorder::open(&audit.path, audit_config(audit), timeouts)
+                    .map_err(Error::Audit)?;
+            log_resumed(&audit.path, &resumed);
             let recorder = Arc::new(recorder);
             engine = engine.with_audit(recorder.clone());
             recorder_handle = Some(recorder);
@@ -218,44 +316,64 @@ impl Server {
             info!(policy = policy.as_str(), gang.api = ?view.gang_api(), "gang admission active");
             engine = engine.with_admission(policy, view.clone());
             if let Some(client) = &client {
-                let instance =
-                    std::env::var("HOSTNAME").unwrap_or_else(|_| "gangscaler".to_owned());
+                let instance = match &election {
+                    Some(e) => e.identity.clone(),
+                    None => std::env::var("HOSTNAME").unwrap_or_else(|_| "gangscaler".to_owned()),
+                };
                 let events = crate::events::EventPublisher::new(client.clone(), instance);
                 engine = engine.with_events(events.clone());
                 publisher = Some(events);
             }
         }
-        let engine = Arc::new(engine);
-        let lifecycle = match (&recorder_handle, &view) {
-            (Some(recorder), Some(view)) => {
-                // Under `off` gangscaler does not second-guess CA, scale-down included.
-                let protect = lifecycle_settings.scale_down_protection
-                    && policy != crate::planner::Policy::Off;
-                info!(
-                    interval_ms = lifecycle_settings.interval.as_millis(),
-                    scale_down_protection = protect,
-                    no_verdict_after_ms = lifecycle_settings.no_verdict_after.as_millis(),
-                    "scale-up lifecycle tracking active"
-                );
-                let mut lifecycle = crate::scaleup::Loop::new(
-                    recorder.clone(),
-                    view.clone(),
-                    engine.clone(),
-                    metrics.clone(),
-                    lifecycle_settings.interval,
-                    engine::now_ms,
-                )
-                .with_no_verdict_after(lifecycle_settings.no_verdict_after);
-                if let Some(events) = publisher {
-                    lifecycle = lifecycle.with_events(events);
-                }
-                if let Some(client) = &client {
-                    lifecycle = lifecycle
-                        .with_protection(crate::scaleup::Marker::new(client.clone()), protect);
-                }
-                Some(lifecycle)
+        let status = match (&election, &ha_store) {
+            (Some(e), Some(store)) => {
+                let status = leader::Status::new(&e.identity, store.describe(), metrics.clone());
+                engine = engine.with_leadership(status.clone());
+                Some(status)
             }
             _ => None,
+        };
+        let engine = Arc::new(engine);
+        let parts = match (&audit_settings, &view) {
+            (Some(_), Some(view)) => Some(LifecycleParts {
+                view: view.clone(),
+                settings: lifecycle_settings,
+                // Under `off` gangscaler does not second-guess CA, scale-down included.
+                protect: lifecycle_settings.scale_down_protection
+                    && policy != crate::planner::Policy::Off,
+                publisher,
+                client: client.clone(),
+            }),
+            _ => None,
+        };
+        let (lifecycle, ha) = match (election, ha_store, status) {
+            (Some(election), Some(store), Some(status)) => {
+                info!(
+                    lease = %store.describe(),
+                    identity = %election.identity,
+                    lease_duration_ms = election.lease_duration.as_millis(),
+                    renew_deadline_ms = election.renew_deadline.as_millis(),
+                    retry_period_ms = election.retry_period.as_millis(),
+                    "leader election active: standing by until this replica holds the lease"
+                );
+                let ha = Ha {
+                    election,
+                    store,
+                    status,
+                    audit: audit_settings.map(|a| (a, timeouts)),
+                    lifecycle: parts,
+                };
+                (None, Some(ha))
+            }
+            _ => {
+                let lifecycle = match (recorder_handle, parts) {
+                    (Some(recorder), Some(parts)) => {
+                        Some(parts.build(recorder, engine.clone(), metrics.clone()))
+                    }
+                    _ => None,
+                };
+                (lifecycle, None)
+            }
         };
         let grpc = TcpListener::bind(settings.address)
             .await
@@ -283,6 +401,7 @@ impl Server {
             watch_shutdown,
             synced,
             lifecycle,
+            ha,
         })
     }
 
@@ -304,29 +423,53 @@ impl Server {
     /// Serves until `shutdown` is cancelled.
     ///
     /// # Errors
-    /// [`Error::Serve`] if the gRPC server fails.
+    /// [`Error::Serve`] if the gRPC server fails; under leader election
+    /// [`Error::LeadershipLost`] when this replica led and could not renew the Lease in time
+    /// (it has stopped acting; the process should exit so that it restarts as a standby),
+    /// and [`Error::Audit`] if the audit log cannot be opened on taking over.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let grpc_addr = self.grpc_addr();
         let http_addr = self.http_addr();
+        let readiness = match &self.ha {
+            Some(ha) => {
+                let status = ha.status.clone();
+                Readiness::new().with("leader", move || status.not_ready())
+            }
+            None => Readiness::new(),
+        };
         let endpoints = Endpoints {
             metrics: self.metrics.clone(),
             ready: self.ready.clone(),
             synced: self.synced.clone(),
             header_timeout: self.connections.handshake_timeout,
+            readiness,
         };
         let http_task = tokio::spawn(endpoints.serve(self.http, shutdown.clone()));
-        let kwok_task = self.kwok.clone().map(|kwok| {
-            let engine = self.engine.clone();
-            let token = shutdown.clone();
-            tokio::spawn(async move {
-                kwok.run(move || engine.config().groups.clone(), KWOK_PERIOD, token)
-                    .await;
-            })
-        });
-        let lifecycle_task = self.lifecycle.map(|lifecycle| {
-            let token = shutdown.clone();
-            tokio::spawn(lifecycle.run(token))
-        });
+        // Without leader election the loops run from the start; with it, only on the leader.
+        let (kwok_task, lifecycle_task, lead_task, stop_election) = match self.ha {
+            None => {
+                let kwok_task = self
+                    .kwok
+                    .clone()
+                    .map(|kwok| spawn_kwok(kwok, self.engine.clone(), shutdown.clone()));
+                let lifecycle_task = self
+                    .lifecycle
+                    .map(|lifecycle| tokio::spawn(lifecycle.run(shutdown.clone())));
+                (kwok_task, lifecycle_task, None, None)
+            }
+            Some(ha) => {
+                let stop_election = CancellationToken::new();
+                let lead = lead(
+                    ha,
+                    self.engine.clone(),
+                    self.kwok.clone(),
+                    self.metrics.clone(),
+                    shutdown.clone(),
+                    stop_election.clone(),
+                );
+                (None, None, Some(tokio::spawn(lead)), Some(stop_election))
+            }
+        };
         let limits = self.connections;
         let mut builder = tonic::transport::Server::builder()
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
@@ -356,6 +499,11 @@ impl Server {
         self.ready.store(false, Ordering::Release);
         shutdown.cancel();
         self.watch_shutdown.cancel();
+        // No RPC is in flight any more: the leader may give the Lease up (once its loops
+        // have stopped, see `lead`).
+        if let Some(stop) = &stop_election {
+            stop.cancel();
+        }
         let _ = http_task.await;
         if let Some(t) = kwok_task {
             let _ = t.await;
@@ -363,7 +511,168 @@ impl Server {
         if let Some(t) = lifecycle_task {
             let _ = t.await;
         }
+        let led = match lead_task {
+            Some(t) => t.await.map_err(|e| Error::Task("leader election", e))?,
+            None => Ok(()),
+        };
         info!("gangscaler stopped");
-        result.map_err(Error::Serve)
+        result.map_err(Error::Serve)?;
+        led
     }
+}
+
+fn spawn_kwok(
+    kwok: Arc<KwokProvisioner>,
+    engine: Arc<Engine>,
+    token: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        kwok.run(move || engine.config().groups.clone(), KWOK_PERIOD, token)
+            .await;
+    })
+}
+
+fn log_resumed(path: &std::path::Path, resumed: &crate::scaleup::Resumed) {
+    info!(
+        audit.path = %path.display(),
+        files = resumed.files.len(),
+        records = resumed.records,
+        open = resumed.open,
+        bad_lines = resumed.bad.len(),
+        bad_lines_unlisted = resumed.bad_unlisted,
+        repaired_bytes = resumed.repaired_bytes,
+        "audit log opened"
+    );
+}
+
+/// A replica under leader election: runs the election; once this replica holds the Lease,
+/// takes over (see [`take_over`]) and acts until `shutdown` (then stops its loops, waits for
+/// `stop_election`, which [`Server::run`] cancels once gRPC has drained, and releases the
+/// Lease) or until the Lease is lost (then aborts its loops at once, cancels `shutdown` and
+/// returns [`Error::LeadershipLost`]).
+async fn lead(
+    mut ha: Ha,
+    engine: Arc<Engine>,
+    kwok: Option<Arc<KwokProvisioner>>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    stop_election: CancellationToken,
+) -> Result<(), Error> {
+    let elector = Elector::new(
+        ha.store.clone(),
+        leader::Timing::from(&ha.election),
+        ha.status.clone(),
+        engine::now_ms,
+    );
+    let mut election = tokio::spawn(elector.run(stop_election.clone()));
+    let mut roles = ha.status.roles();
+    let leading = tokio::select! {
+        () = shutdown.cancelled() => false,
+        r = roles.wait_for(|r| *r == Role::Leading) => r.is_ok(),
+    };
+    let acting = CancellationToken::new();
+    let mut tasks = Vec::new();
+    if leading {
+        let took = tokio::select! {
+            r = take_over(&mut ha, &engine, kwok, &metrics, &acting) => Some(r),
+            // Lost while taking over: nothing acts yet.
+            r = &mut election => return ended(r, &shutdown),
+        };
+        match took {
+            Some(Ok(t)) => tasks = t,
+            Some(Err(e)) => {
+                error!(error = %e, "taking over as leader failed; stopping");
+                shutdown.cancel();
+                return Err(e);
+            }
+            None => {}
+        }
+    }
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        r = &mut election => {
+            // Lost: stop acting now, not at the next tick.
+            for t in &tasks {
+                t.abort();
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+            return ended(r, &shutdown);
+        }
+    }
+    acting.cancel();
+    for t in tasks {
+        let _ = t.await;
+    }
+    tokio::select! {
+        () = stop_election.cancelled() => {}
+        r = &mut election => return ended(r, &shutdown),
+    }
+    ended(election.await, &shutdown)
+}
+
+/// The result of the election task: [`Error::LeadershipLost`] (after cancelling `shutdown`)
+/// if it lost the Lease.
+fn ended(
+    r: Result<Result<(), leader::Lost>, tokio::task::JoinError>,
+    shutdown: &CancellationToken,
+) -> Result<(), Error> {
+    match r {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(lost)) => {
+            shutdown.cancel();
+            Err(Error::LeadershipLost(lost))
+        }
+        Err(e) => {
+            shutdown.cancel();
+            Err(Error::Task("leader election", e))
+        }
+    }
+}
+
+/// Makes this replica, which holds the Lease now, the acting leader: opens its audit log
+/// resuming from every replica's files (open scale-ups, in-flight requests), lets the kwok
+/// backend write and starts its loop and the scale-up loop (stopped by `acting`), then opens
+/// the engine's gate. Returns the loops' tasks.
+async fn take_over(
+    ha: &mut Ha,
+    engine: &Arc<Engine>,
+    kwok: Option<Arc<KwokProvisioner>>,
+    metrics: &Arc<Metrics>,
+    acting: &CancellationToken,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    if let Some((audit, timeouts)) = ha.audit.clone() {
+        let own = crate::audit::replica_log(&audit.path, &ha.election.identity);
+        let template = audit.path.clone();
+        let path = own.clone();
+        let opened = tokio::task::spawn_blocking(move || {
+            let others = crate::audit::discover(&template)?;
+            crate::scaleup::Recorder::open_merged(&path, audit_config(&audit), timeouts, &others)
+        })
+        .await
+        .map_err(|e| Error::Task("opening the audit log", e))?;
+        let (recorder, resumed) = opened.map_err(Error::Audit)?;
+        log_resumed(&own, &resumed);
+        let recorder = Arc::new(recorder);
+        engine.take_over(recorder.clone());
+        if let Some(parts) = ha.lifecycle.take() {
+            let lifecycle = parts.build(recorder, engine.clone(), metrics.clone());
+            tasks.push(tokio::spawn(lifecycle.run(acting.clone())));
+        }
+    }
+    if let Some(kwok) = kwok {
+        kwok.set_read_only(false);
+        tasks.push(spawn_kwok(kwok, engine.clone(), acting.clone()));
+    }
+    ha.status.set_acting();
+    info!(
+        lease = %ha.status.lease(),
+        identity = %ha.election.identity,
+        took_over_ms = started.elapsed().as_millis(),
+        "took over as leader: acting"
+    );
+    Ok(tasks)
 }

@@ -71,6 +71,7 @@ pub fn loaded(mut groups: Vec<NodeGroupSpec>) -> Loaded {
             admission_policy: Default::default(),
             audit: None,
             lifecycle: Default::default(),
+            leader_election: None,
         },
         groups,
     }

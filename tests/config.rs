@@ -1627,3 +1627,152 @@ fn lifecycle_environment_overrides_are_validated() {
         Some("\"1ms\""),
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Leader election
+// ---------------------------------------------------------------------------------------------
+
+/// `PROVIDER` with leader election on and a per-replica audit log.
+fn ha_provider(leader_election: &str) -> String {
+    format!(
+        "{PROVIDER}leaderElection: {leader_election}\naudit: {{path: \"audit/{{identity}}.jsonl\"}}\n"
+    )
+}
+
+#[test]
+fn leader_election_defaults_come_from_the_pod_environment_and_client_go() {
+    let dir = ConfigDir::new(&ha_provider("{enabled: true}"))
+        .group("gpu-a.yaml", &gpu_a_plus("backend: {type: kwok}\n"));
+    let loaded = dir
+        .load_with_env(&[
+            ("POD_NAME", "gangscaler-0"),
+            ("POD_NAMESPACE", "gangscaler-system"),
+            ("HOSTNAME", "ignored-host"),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let le = loaded.provider.leader_election.expect("enabled");
+    assert_eq!(le.identity, "gangscaler-0");
+    assert_eq!(le.namespace, "gangscaler-system");
+    assert_eq!(le.lease_name, "gangscaler");
+    assert_eq!(
+        (le.lease_duration, le.renew_deadline, le.retry_period),
+        (
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_secs(2)
+        )
+    );
+    let le = dir
+        .load_with_env(&[("HOSTNAME", "host-7")])
+        .unwrap_or_else(|e| panic!("{e}"))
+        .provider
+        .leader_election
+        .expect("enabled");
+    assert_eq!(
+        (le.identity.as_str(), le.namespace.as_str()),
+        ("host-7", "kube-system")
+    );
+    // Disabled (the default): no settings, and nothing is asked of the environment.
+    let off = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
+    assert_eq!(off.load().unwrap().provider.leader_election, None);
+}
+
+#[test]
+fn leader_election_errors_name_the_field_and_the_value() {
+    let provider = format!(
+        "{PROVIDER}leaderElection: {{enabled: true, leaseName: Bad_Name, namespace: Kube, \
+         leaseDuration: 10s, renewDeadline: 10s}}\naudit: {{path: audit.jsonl}}\n"
+    );
+    // The group keeps the default memory backend, whose state each replica would hold alone.
+    let dir = ConfigDir::new(&provider).group("gpu-a.yaml", GPU_A);
+    let errs = invalid(dir.load_with_env(&[("POD_NAME", "a/b")]));
+    assert_count(&errs, 6);
+    expect_error(
+        &errs,
+        "provider.yaml",
+        "leaderElection.leaseName",
+        Some("\"Bad_Name\""),
+    );
+    expect_error(
+        &errs,
+        "provider.yaml",
+        "leaderElection.namespace",
+        Some("\"Kube\""),
+    );
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "leaderElection.identity",
+        Some("\"a/b\""),
+    );
+    assert!(e.message.contains("taken from POD_NAME"), "{e}");
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "leaderElection.renewDeadline",
+        Some("\"10s\""),
+    );
+    assert!(e.message.contains("less than leaseDuration (10s)"), "{e}");
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "audit.path",
+        Some("\"audit.jsonl\""),
+    );
+    assert!(e.message.contains("{identity}"), "{e}");
+    let e = expect_error(&errs, "gpu-a.yaml", "backend.type", Some("\"memory\""));
+    assert!(e.message.contains("leaderElection.enabled"), "{e}");
+}
+
+#[test]
+fn leader_election_timings_are_checked_even_when_disabled() {
+    let dir = ConfigDir::new(&format!(
+        "{PROVIDER}leaderElection: {{leaseDuration: 2500ms, retryPeriod: 9s}}\n"
+    ))
+    .group("gpu-a.yaml", GPU_A);
+    let errs = dir.errors();
+    assert_count(&errs, 2);
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "leaderElection.leaseDuration",
+        Some("\"2500ms\""),
+    );
+    assert!(e.message.contains("whole number of seconds"), "{e}");
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "leaderElection.renewDeadline",
+        Some("\"10s\""),
+    );
+    assert!(e.message.contains("1.2 × retryPeriod (9s)"), "{e}");
+}
+
+#[test]
+fn the_identity_placeholder_needs_leader_election_and_belongs_in_the_file_name() {
+    let without = ConfigDir::new(&format!(
+        "{PROVIDER}audit: {{path: \"{{identity}}.jsonl\"}}\n"
+    ))
+    .group("gpu-a.yaml", GPU_A);
+    let errs = without.errors();
+    assert_count(&errs, 1);
+    expect_error(
+        &errs,
+        "provider.yaml",
+        "audit.path",
+        Some("\"{identity}.jsonl\""),
+    );
+    let in_dir = ConfigDir::new(&format!(
+        "{PROVIDER}leaderElection: {{enabled: true, identity: r1}}\naudit: {{path: \"{{identity}}/audit.jsonl\"}}\n"
+    ))
+    .group("gpu-a.yaml", &gpu_a_plus("backend: {type: kwok}\n"));
+    let errs = in_dir.errors();
+    assert_count(&errs, 1);
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "audit.path",
+        Some("\"{identity}/audit.jsonl\""),
+    );
+    assert!(e.message.contains("in the file name"), "{e}");
+}

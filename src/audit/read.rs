@@ -212,7 +212,7 @@ pub fn log_order(paths: &[PathBuf]) -> Vec<PathBuf> {
 
 /// `<log>.N` as (`<log>`, N) for a rotation index N ≥ 1 written without leading zeros;
 /// anything else as (path, 0).
-fn split_rotation(path: &Path) -> (PathBuf, u32) {
+pub(super) fn split_rotation(path: &Path) -> (PathBuf, u32) {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return (path.to_owned(), 0);
     };

@@ -64,7 +64,14 @@ impl Source {
         let provider_path = self.dir.join(PROVIDER_FILE);
         let doc = self.read_doc(&provider_path, ENV_PREFIX)?;
         let mut errs = Errors::new(&provider_path);
-        let (provider, defaults) = validate::provider(&doc, &self.dir, &mut errs);
+        let env = |name: &str| match &self.env {
+            Some(map) => map.get(name).cloned(),
+            None => std::env::var(name).ok(),
+        };
+        let (provider, defaults) = validate::provider(&doc, &self.dir, &env, &mut errs);
+        let ha = provider
+            .as_ref()
+            .is_some_and(|p| p.leader_election.is_some());
         let mut all: Vec<FieldError> = errs.into_list();
         let mut groups = Vec::new();
         let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
@@ -80,6 +87,16 @@ impl Source {
             let doc = self.read_doc(&file, &prefix)?;
             let mut errs = Errors::new(&file);
             let group = validate::node_group(&doc, &file, &defaults, &mut errs);
+            if ha
+                && let Some(g) = &group
+                && matches!(g.backend, crate::model::BackendSpec::Memory(_))
+            {
+                errs.push(
+                    "backend.type",
+                    Some(&Value::String("memory".to_owned())),
+                    "the memory backend keeps its state inside one process, so each replica would have its own: with leaderElection.enabled use a backend whose state lives in the cluster (kwok)",
+                );
+            }
             if let Some(g) = &group
                 && let Some(first) = seen.insert(g.id.to_string(), file.clone())
             {

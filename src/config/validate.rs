@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::walk::{Errors, Obj};
 use super::{
-    ConnectionSettings, KubernetesSettings, LifecycleSettings, ProviderSettings, ServerSettings,
-    TlsFiles, Transport,
+    ConnectionSettings, KubernetesSettings, LeaderElectionSettings, LifecycleSettings,
+    ProviderSettings, ServerSettings, TlsFiles, Transport,
 };
 use crate::model::{
     AttachSimulation, AutoscalingOptionOverrides, BackendSpec, Capacity, ErrorCode, GpuSpec,
@@ -58,6 +58,7 @@ const LIFECYCLE_TIMEOUT: (Duration, Duration, &str) = (
 pub fn provider(
     doc: &Value,
     dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
     errs: &mut Errors,
 ) -> (Option<ProviderSettings>, GroupDefaults) {
     let mut root = Obj::root_or_empty(doc, errs);
@@ -160,6 +161,15 @@ pub fn provider(
         doc.get("lifecycle"),
         errs,
     );
+    let leader_election = leader_election(
+        root.obj_or_empty("leaderElection", errs),
+        doc.get("leaderElection"),
+        env,
+        errs,
+    );
+    if let Some(audit) = doc.get("audit").and_then(|a| a.get("path")) {
+        audit_path_template(audit, leader_election.is_some(), errs);
+    }
     root.finish(errs);
     let settings = server.map(|server| ProviderSettings {
         server,
@@ -170,8 +180,202 @@ pub fn provider(
         admission_policy,
         audit,
         lifecycle,
+        leader_election,
     });
     (settings, defaults)
+}
+
+/// The `leaderElection` section; `written` is the section as written, for the values in
+/// errors. Its settings are checked even when it is disabled; defaults that come from the
+/// environment (`POD_NAMESPACE`, `POD_NAME`, the host name) only when it is enabled. `None`
+/// unless enabled.
+fn leader_election(
+    mut l: Obj<'_>,
+    written: Option<&Value>,
+    env: &dyn Fn(&str) -> Option<String>,
+    errs: &mut Errors,
+) -> Option<LeaderElectionSettings> {
+    let enabled = l.bool("enabled", errs).unwrap_or(false);
+    let lease_name = l
+        .string("leaseName", errs)
+        .unwrap_or_else(|| LeaderElectionSettings::DEFAULT_LEASE_NAME.to_owned());
+    if let Err(e) = check_dns_subdomain(&lease_name) {
+        errs.push(
+            &l.path("leaseName"),
+            Some(&Value::String(lease_name.clone())),
+            e,
+        );
+    }
+    let set = |v: Option<String>| v.filter(|s| !s.is_empty());
+    // (value, where it came from when not written)
+    let namespace = match l.string("namespace", errs) {
+        Some(ns) => Some((ns, None)),
+        None if enabled => Some(set(env("POD_NAMESPACE")).map_or_else(
+            || ("kube-system".to_owned(), None),
+            |ns| (ns, Some("POD_NAMESPACE")),
+        )),
+        None => None,
+    };
+    if let Some((ns, from)) = &namespace
+        && let Err(e) = check_dns_label(ns)
+    {
+        errs.push(
+            &l.path("namespace"),
+            Some(&Value::String(ns.clone())),
+            from_env(e, *from),
+        );
+    }
+    let identity = match l.string("identity", errs) {
+        Some(id) => Some((id, None)),
+        None if enabled => {
+            let found = set(env("POD_NAME"))
+                .map(|id| (id, "POD_NAME"))
+                .or_else(|| set(env("HOSTNAME")).map(|id| (id, "HOSTNAME")))
+                .or_else(|| host_name().map(|id| (id, "the host name")));
+            match found {
+                Some((id, from)) => Some((id, Some(from))),
+                None => {
+                    errs.push(
+                        &l.path("identity"),
+                        None,
+                        "is not set, and neither POD_NAME, HOSTNAME nor the host name gives one; set it to a name unique among the replicas",
+                    );
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    if let Some((id, from)) = &identity
+        && let Err(e) = check_identity(id)
+    {
+        errs.push(
+            &l.path("identity"),
+            Some(&Value::String(id.clone())),
+            from_env(e, *from),
+        );
+    }
+    let mut timing = |key: &'static str, default: Duration, errs: &mut Errors| {
+        let Some(d) = l.duration(key, errs) else {
+            return default;
+        };
+        let bad = if d < LEADER_MIN_PERIOD || d > LEADER_MAX_PERIOD {
+            "must be a duration from 100ms to 1h"
+        } else if key == "leaseDuration" && d.subsec_nanos() != 0 {
+            "must be a whole number of seconds (a Lease counts in seconds)"
+        } else {
+            return d;
+        };
+        errs.push(&l.path(key), written.and_then(|w| w.get(key)), bad);
+        default
+    };
+    let lease_duration = timing(
+        "leaseDuration",
+        LeaderElectionSettings::DEFAULT_LEASE_DURATION,
+        errs,
+    );
+    let renew_deadline = timing(
+        "renewDeadline",
+        LeaderElectionSettings::DEFAULT_RENEW_DEADLINE,
+        errs,
+    );
+    let retry_period = timing(
+        "retryPeriod",
+        LeaderElectionSettings::DEFAULT_RETRY_PERIOD,
+        errs,
+    );
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    if renew_deadline >= lease_duration {
+        errs.push(
+            &l.path("renewDeadline"),
+            Some(&Value::String(show(renew_deadline))),
+            format!(
+                "must be less than leaseDuration ({}): the leader must stop acting before another replica may take the lease",
+                show(lease_duration)
+            ),
+        );
+    } else if renew_deadline.as_secs_f64() <= retry_period.as_secs_f64() * LEADER_JITTER {
+        errs.push(
+            &l.path("renewDeadline"),
+            Some(&Value::String(show(renew_deadline))),
+            format!(
+                "must be more than {LEADER_JITTER} × retryPeriod ({}), so that the leader has more than one attempt to renew",
+                show(retry_period)
+            ),
+        );
+    }
+    l.finish(errs);
+    let (namespace, _) = namespace?;
+    let (identity, _) = identity?;
+    enabled.then_some(LeaderElectionSettings {
+        lease_name,
+        namespace,
+        identity,
+        lease_duration,
+        renew_deadline,
+        retry_period,
+    })
+}
+
+/// Shortest and longest `leaderElection` timing.
+const LEADER_MIN_PERIOD: Duration = Duration::from_millis(100);
+const LEADER_MAX_PERIOD: Duration = Duration::from_secs(60 * 60);
+/// Up to this multiple of `retryPeriod` passes between two attempts (the jitter).
+const LEADER_JITTER: f64 = 1.2;
+
+/// `message`, saying where a value not written in the file came from.
+fn from_env(message: String, from: Option<&str>) -> String {
+    match from {
+        Some(from) => format!("{message} (taken from {from}; set it explicitly)"),
+        None => message,
+    }
+}
+
+/// The host name, from the kernel.
+fn host_name() -> Option<String> {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// A replica identity: it is the Lease's holder and names the replica's audit file.
+fn check_identity(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 253
+        && !s.starts_with('.')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err("must be 1-253 letters, digits, '-', '_' or '.', not starting with '.' (it names this replica's audit file)".to_owned())
+    }
+}
+
+/// `audit.path` holds [`crate::audit::IDENTITY`] exactly once, in its file name, with leader
+/// election (each replica writes its own file there), and not at all without.
+fn audit_path_template(written: &Value, ha: bool, errs: &mut Errors) {
+    let Value::String(path) = written else {
+        return;
+    };
+    let placeholder = crate::audit::IDENTITY;
+    let count = path.matches(placeholder).count();
+    let in_name = Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.contains(placeholder));
+    let message = match (ha, count) {
+        (true, 1) if in_name => return,
+        (true, 0) => format!(
+            "with leaderElection.enabled every replica writes its own audit file: put {placeholder} in the file name, e.g. audit/{placeholder}.jsonl on a volume all replicas share (see docs/ha.md)"
+        ),
+        (true, _) => format!("must hold {placeholder} once, in the file name (not in a directory)"),
+        (false, 0) => return,
+        (false, _) => format!("{placeholder} is only filled in with leaderElection.enabled"),
+    };
+    errs.push("audit.path", Some(written), message);
 }
 
 /// `audit.fileMode`: a quoted octal mode such as `"0640"`. The leading `0` is required, which

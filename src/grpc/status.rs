@@ -15,7 +15,7 @@ use crate::provision;
 /// | bad delta, malformed request, node not in group | `InvalidArgument` |
 /// | past max, below min, cancelling created capacity | `FailedPrecondition` |
 /// | no template, no price, unsupported call | `Unimplemented` |
-/// | backend unreachable, cluster view not synced or stale | `Unavailable` |
+/// | backend unreachable, cluster view not synced or stale, not the leader | `Unavailable` |
 /// | wiring bug | `Internal` |
 pub fn code(e: &Error) -> Code {
     match e {
@@ -24,7 +24,7 @@ pub fn code(e: &Error) -> Code {
         Error::NoTemplate(_) | Error::NoPrice(_) | Error::Unsupported(_) => Code::Unimplemented,
         Error::NoBackend { .. } => Code::Internal,
         Error::Rejected { .. } => Code::FailedPrecondition,
-        Error::NotSynced(_) | Error::ViewStale { .. } => Code::Unavailable,
+        Error::NotSynced(_) | Error::ViewStale { .. } | Error::NotLeader(_) => Code::Unavailable,
         Error::Provision(p) => match p {
             provision::Error::AboveMax { .. }
             | provision::Error::BelowMin { .. }
@@ -106,6 +106,15 @@ mod tests {
             (Error::NoTemplate(g()), Code::Unimplemented),
             (Error::NoPrice(g()), Code::Unimplemented),
             (Error::Unsupported("PricingPodPrice"), Code::Unimplemented),
+            (
+                crate::leader::NotLeader::Standby {
+                    identity: "gangscaler-1".into(),
+                    leader: Some("gangscaler-0".into()),
+                    lease: "kube-system/gangscaler".into(),
+                }
+                .into(),
+                Code::Unavailable,
+            ),
             (
                 provision::Error::AboveMax {
                     group: g(),

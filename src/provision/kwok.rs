@@ -170,6 +170,9 @@ pub struct KwokProvisioner {
     /// What was last read of each group, and the number of writes attempted so far: a read or
     /// write is remembered only if no other write started since it began.
     last_known: std::sync::Mutex<(BTreeMap<NodeGroupId, LastKnown>, u64)>,
+    /// A standby under leader election writes nothing: a missing state ConfigMap or group
+    /// record is answered as the leader would create it, and changes are refused.
+    read_only: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for KwokProvisioner {
@@ -259,7 +262,20 @@ impl KwokProvisioner {
             gpu_label: gpu_label.into(),
             materialize_lock: Mutex::new(()),
             last_known: std::sync::Mutex::new((BTreeMap::new(), 0)),
+            read_only: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// While `read_only` (a standby under leader election) this backend writes nothing to
+    /// the cluster: reads of a group it has no state for yet answer the initial state (at
+    /// `minSize`) without creating it, and every change fails with [`Error::Backend`].
+    pub fn set_read_only(&self, read_only: bool) {
+        self.read_only
+            .store(read_only, std::sync::atomic::Ordering::Release);
+    }
+
+    fn is_read_only(&self) -> bool {
+        self.read_only.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, (BTreeMap<NodeGroupId, LastKnown>, u64)> {
@@ -367,6 +383,7 @@ impl KwokProvisioner {
         loop {
             match api.get_opt(name).await {
                 Ok(Some(cm)) => return Ok(cm),
+                Ok(None) if self.is_read_only() => return Ok(ConfigMap::default()),
                 Ok(None) => {
                     let cm = ConfigMap {
                         metadata: ObjectMeta {
@@ -420,6 +437,7 @@ impl KwokProvisioner {
         let cm = self.read_state(&group.id).await?;
         match Self::record_of(&cm, &group.id)? {
             Some(r) => Ok(r),
+            None if self.is_read_only() => Ok(self.initial_record(group)),
             None => self.update(group, |_| Ok(())).await.map(|(r, ())| r),
         }
     }
@@ -431,6 +449,13 @@ impl KwokProvisioner {
         group: &NodeGroupSpec,
         mut f: impl FnMut(&mut GroupRecord) -> Result<T>,
     ) -> Result<(GroupRecord, T)> {
+        if self.is_read_only() {
+            return Err(Error::Backend {
+                group: group.id.clone(),
+                backend: "kwok",
+                message: "this replica is a standby under leader election; only the leader changes node groups".to_owned(),
+            });
+        }
         let api = self.state_api();
         for _ in 0..MAX_CONFLICT_RETRIES {
             let mut cm = self.read_state(&group.id).await?;

@@ -80,9 +80,31 @@ impl Recorder {
         config: Config,
         timeouts: Timeouts,
     ) -> audit::Result<(Self, Resumed)> {
+        Self::open_merged(path, config, timeouts, &[])
+    }
+
+    /// [`Recorder::open`], resuming from `others` too: the files of other logs (other
+    /// replicas' logs under leader election, see [`audit::replicas`]), whose records are
+    /// merged with this log's by time ([`audit::read_merged`]). This log writes on; the
+    /// others are only read. A file of this log listed in `others` is read once.
+    ///
+    /// # Errors
+    /// The [`AuditLog::open`] errors, or [`audit::Error::Read`].
+    pub fn open_merged(
+        path: impl Into<PathBuf>,
+        config: Config,
+        timeouts: Timeouts,
+        others: &[PathBuf],
+    ) -> audit::Result<(Self, Resumed)> {
         let log = AuditLog::open(path, config)?;
-        let files = rotated_paths(log.path())?;
-        let reading = read_files(&files)?;
+        let mut files = rotated_paths(log.path())?;
+        let reading = if others.is_empty() {
+            read_files(&files)?
+        } else {
+            files.extend(others.iter().cloned());
+            files = audit::log_order(&files);
+            audit::read_merged(&files)?
+        };
         let tracker = Tracker::resume(timeouts, &reading.records);
         let resumed = Resumed {
             files,

@@ -155,11 +155,28 @@ impl Tracker {
         }
     }
 
-    /// A tracker that has applied `records`, in order.
-    pub fn resume<'a>(timeouts: Timeouts, records: impl IntoIterator<Item = &'a Record>) -> Self {
+    /// A tracker that has applied `records`, in order, except that a lifecycle with an
+    /// outcome anywhere among them stays closed: an outcome is final, so a phase record
+    /// that comes after it (records merged from several replicas' logs whose clocks
+    /// disagree) does not reopen it.
+    pub fn resume<'a>(
+        timeouts: Timeouts,
+        records: impl IntoIterator<Item = &'a Record> + Clone,
+    ) -> Self {
+        let closed: std::collections::BTreeSet<Key> = records
+            .clone()
+            .into_iter()
+            .filter_map(|r| match &r.event {
+                Event::Outcome(o) => Some((o.scale_up_id.clone(), o.gang.clone())),
+                _ => None,
+            })
+            .collect();
         let mut t = Self::new(timeouts);
         for r in records {
             t.apply(r);
+            if !closed.is_empty() {
+                t.open.retain(|k, _| !closed.contains(k));
+            }
         }
         t
     }

@@ -891,3 +891,101 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, St
         .ok()
         .flatten()
 }
+
+/// A loopback TCP forwarder standing in for a Kubernetes Service in front of several
+/// replicas: every 200 ms it asks each backend's `/readyz` and sends new connections to the
+/// first ready one. With none ready a connection is closed at once, as a Service without
+/// ready endpoints refuses it. Open connections stay with their backend until either side
+/// closes. Runs on its own thread (and runtime), stopped on drop.
+pub struct Forwarder {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Each change of the ready backend: when, and its index (`None`: none ready).
+    pub switches: Switches,
+}
+
+/// When the forwarder's ready backend changed, and to which (`None`: none ready).
+pub type Switches = std::sync::Arc<std::sync::Mutex<Vec<(Instant, Option<usize>)>>>;
+
+impl Forwarder {
+    /// Forwards 127.0.0.1:`port` to the gRPC port of the first of `backends` (gRPC port,
+    /// HTTP address) whose `/readyz` answers 200.
+    pub fn start(port: u16, backends: Vec<(u16, std::net::SocketAddr)>) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        let stop = Arc::new(AtomicBool::new(false));
+        let switches: Switches = Arc::default();
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let (stopping, log) = (stop.clone(), switches.clone());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let target: Arc<Mutex<Option<usize>>> = Arc::default();
+                let (poll_target, poll_stop) = (target.clone(), stopping.clone());
+                let poll_backends = backends.clone();
+                tokio::spawn(async move {
+                    while !poll_stop.load(Ordering::SeqCst) {
+                        let mut ready = None;
+                        for (i, (_, http)) in poll_backends.iter().enumerate() {
+                            if http_get(*http, "/readyz")
+                                .await
+                                .is_some_and(|(s, _)| s == 200)
+                            {
+                                ready = Some(i);
+                                break;
+                            }
+                        }
+                        {
+                            let mut t = poll_target.lock().unwrap();
+                            if *t != ready {
+                                *t = ready;
+                                log.lock().unwrap().push((Instant::now(), ready));
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                });
+                while !stopping.load(Ordering::SeqCst) {
+                    let accepted = tokio::select! {
+                        a = listener.accept() => a,
+                        () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                    };
+                    let Ok((mut inbound, _)) = accepted else {
+                        continue;
+                    };
+                    let chosen = *target.lock().unwrap();
+                    let Some(i) = chosen else {
+                        continue;
+                    };
+                    let grpc = backends[i].0;
+                    tokio::spawn(async move {
+                        if let Ok(mut out) =
+                            tokio::net::TcpStream::connect(("127.0.0.1", grpc)).await
+                        {
+                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                        }
+                    });
+                }
+            });
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+            switches,
+        }
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

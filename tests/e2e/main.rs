@@ -2,7 +2,7 @@
 //! kube-controller-manager, kwok; see `harness.rs`) and the real cluster-autoscaler, built
 //! from the upstream sources in `../shared/cluster-autoscaler`.
 //!
-//! - `ca_scaleup`, `ca_lifecycle`, `ca_wire`: every gang scenario, driven by CA calling
+//! - `ca_scaleup`, `ca_lifecycle`, `ca_wire`, `ca_ha`: every gang scenario, driven by CA calling
 //!   gangscaler over `externalgrpc` (see `scenario.rs`); each records a row of
 //!   `docs/e2e-results.md`.
 //! - `alone`: gangscaler without CA (the kwok backend, the cluster view, and gangscaler's own
@@ -23,6 +23,7 @@
 mod common;
 
 mod alone;
+mod ca_ha;
 mod ca_lifecycle;
 mod ca_scaleup;
 mod ca_wire;
@@ -44,10 +45,25 @@ fn start_gangscaler(
     http: u16,
     log: &str,
 ) -> harness::Proc {
+    start_gangscaler_with_env(cluster, config, http, log, &[])
+}
+
+/// [`start_gangscaler`] with these environment variables (e.g. `POD_NAME` and `GANGSCALER__…`
+/// overrides for one replica of several sharing `config`).
+fn start_gangscaler_with_env(
+    cluster: &Cluster,
+    config: &std::path::Path,
+    http: u16,
+    log: &str,
+    env: &[(&str, String)],
+) -> harness::Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gangscaler"));
     cmd.args(["serve", "--config"])
         .arg(config)
         .env("RUST_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     let p = harness::Proc::spawn_logged(log, &cluster.dir, cmd);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

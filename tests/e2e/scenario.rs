@@ -16,10 +16,10 @@ use kube::api::{Api, ListParams};
 use rcgen::ExtendedKeyUsagePurpose;
 
 use super::harness::{
-    self, Autoscaler, AutoscalerSpec, Cluster, Proc, TestCa, Transport, Versions, eventually,
-    free_port, write,
+    self, Autoscaler, AutoscalerSpec, Cluster, Forwarder, Proc, TestCa, Transport, Versions,
+    eventually, free_port, write,
 };
-use super::{create_dynamic, start_gangscaler};
+use super::{create_dynamic, start_gangscaler, start_gangscaler_with_env};
 
 /// The GPU resource of every group and member.
 pub const GPU: &str = "nvidia.com/gpu";
@@ -117,6 +117,9 @@ pub struct Setup {
     pub mtls: bool,
     /// The scheduler profile, when not the row's.
     pub scheduler_profile: Option<String>,
+    /// gangscaler replicas: 1, or 2 with leader election behind a [`Forwarder`] (the
+    /// Service CA dials), each writing its own audit log in one directory.
+    pub replicas: u32,
 }
 
 impl Setup {
@@ -131,7 +134,16 @@ impl Setup {
             ca_version: None,
             mtls: false,
             scheduler_profile: None,
+            replicas: 1,
         }
+    }
+
+    /// Two gangscaler replicas with leader election (client-go's default timings), CA
+    /// reaching the ready one through a forwarder.
+    #[must_use]
+    pub fn two_replicas(mut self) -> Self {
+        self.replicas = 2;
+        self
     }
 
     /// With CA flag `--name=value`.
@@ -174,8 +186,14 @@ impl Setup {
 pub struct Scenario {
     /// The real cluster-autoscaler.
     pub ca: Autoscaler,
-    /// The gangscaler process.
+    /// The gangscaler process (with two replicas: the first, which leads first).
     pub gangscaler: Proc,
+    /// With two replicas: the second, a standby at first.
+    pub standby: Option<Proc>,
+    /// With two replicas: the Service in front of them.
+    pub forwarder: Option<Forwarder>,
+    /// Each replica's `/metrics`, `/readyz` address.
+    pub replica_http: Vec<SocketAddr>,
     /// Follows GPU nodes and pods.
     pub sampler: Sampler,
     /// Admin client.
@@ -186,7 +204,7 @@ pub struct Scenario {
     pub config: PathBuf,
     /// gangscaler's `/metrics`.
     pub metrics: SocketAddr,
-    /// gangscaler's audit log.
+    /// gangscaler's audit log (with two replicas: its template, `audit/{identity}.jsonl`).
     pub audit: PathBuf,
     /// What was started.
     pub setup: Setup,
@@ -260,25 +278,89 @@ impl Scenario {
                 Transport::Plaintext,
             )
         };
+        let ha = setup.replicas > 1;
+        let (audit, leader_election) = if ha {
+            assert!(!setup.mtls, "two replicas run plaintext");
+            std::fs::create_dir_all(config.join("audit")).unwrap();
+            (
+                "audit/{identity}.jsonl",
+                "leaderElection: {enabled: true}\n",
+            )
+        } else {
+            ("audit.jsonl", "")
+        };
         write(
             &config.join("provider.yaml"),
             &format!(
                 "{server}kubernetes: {{kubeconfig: {kc}, watch: true}}\nadmission: {{policy: {policy}}}\n\
-                 audit: {{path: audit.jsonl}}\nlifecycle: {lifecycle}\n",
+                 audit: {{path: \"{audit}\"}}\nlifecycle: {lifecycle}\n{leader_election}",
                 kc = cluster.kubeconfig.display(),
                 policy = setup.policy,
                 lifecycle = setup.lifecycle,
             ),
         );
-        let gangscaler = start_gangscaler(&cluster, &config, http, "gangscaler-1");
-        let metrics = SocketAddr::from(([127, 0, 0, 1], http));
-        eventually("gangscaler ready", Duration::from_secs(30), || async move {
-            harness::http_get(metrics, "/readyz")
+        let ready = |addr: SocketAddr| async move {
+            harness::http_get(addr, "/readyz")
                 .await
                 .is_some_and(|(s, _)| s == 200)
                 .then_some(())
-        })
-        .await;
+        };
+        let (gangscaler, standby, forwarder, metrics, replica_http) = if ha {
+            // Replica a starts first and leads; b stands by. CA dials the forwarder on `grpc`.
+            let ports = [(free_port(), free_port()), (free_port(), free_port())];
+            let replica = |i: usize| {
+                let (g, h) = ports[i];
+                let name = ["gangscaler-a", "gangscaler-b"][i];
+                let env = [
+                    ("POD_NAME", name.to_owned()),
+                    ("GANGSCALER__SERVER__ADDRESS", format!("127.0.0.1:{g}")),
+                    (
+                        "GANGSCALER__SERVER__METRICS_ADDRESS",
+                        format!("127.0.0.1:{h}"),
+                    ),
+                ];
+                start_gangscaler_with_env(&cluster, &config, h, name, &env)
+            };
+            let http_of = |i: usize| SocketAddr::from(([127, 0, 0, 1], ports[i].1));
+            let a = replica(0);
+            eventually(
+                "gangscaler-a ready (leading)",
+                Duration::from_secs(60),
+                || ready(http_of(0)),
+            )
+            .await;
+            let b = replica(1);
+            eventually(
+                "gangscaler-b up (standing by)",
+                Duration::from_secs(30),
+                || async {
+                    harness::http_get(http_of(1), "/readyz")
+                        .await
+                        .filter(|(s, _)| *s == 503)
+                        .map(|_| ())
+                },
+            )
+            .await;
+            let forwarder = Forwarder::start(
+                grpc,
+                vec![(ports[0].0, http_of(0)), (ports[1].0, http_of(1))],
+            );
+            (
+                a,
+                Some(b),
+                Some(forwarder),
+                http_of(0),
+                vec![http_of(0), http_of(1)],
+            )
+        } else {
+            let gangscaler = start_gangscaler(&cluster, &config, http, "gangscaler-1");
+            let metrics = SocketAddr::from(([127, 0, 0, 1], http));
+            eventually("gangscaler ready", Duration::from_secs(30), || {
+                ready(metrics)
+            })
+            .await;
+            (gangscaler, None, None, metrics, vec![metrics])
+        };
         before_ca(&client, &api).await;
         let mut spec = AutoscalerSpec::new(grpc);
         spec.transport = transport;
@@ -294,10 +376,13 @@ impl Scenario {
         Self {
             ca,
             gangscaler,
+            standby,
+            forwarder,
+            replica_http,
             sampler,
             client,
             api,
-            audit: config.join("audit.jsonl"),
+            audit: config.join(audit),
             config,
             metrics,
             setup,
@@ -326,8 +411,19 @@ impl Scenario {
         );
     }
 
-    /// Every record of gangscaler's audit log (every line must parse).
+    /// Every record of gangscaler's audit log (every line must parse); with two replicas,
+    /// of both replicas' logs, merged by time.
     pub fn records(&self) -> Vec<Record> {
+        if self
+            .audit
+            .to_string_lossy()
+            .contains(gangscaler::audit::IDENTITY)
+        {
+            let files = gangscaler::audit::discover(&self.audit).unwrap();
+            let reading = gangscaler::audit::read_merged(&files).unwrap();
+            assert!(reading.bad.is_empty(), "bad audit lines: {:?}", reading.bad);
+            return reading.records;
+        }
         if !self.audit.exists() {
             return Vec::new();
         }
