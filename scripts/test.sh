@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this). Needs Rust (cargo, rustfmt, clippy)
-# and Go 1.26 with access to the Rust and Go package registries, and the cluster-autoscaler
-# sources in ../shared/cluster-autoscaler (see tests/e2e/build.sh); installs nothing else.
+# and Go 1.26 with access to the Rust and Go package registries, the cluster-autoscaler
+# sources in ../shared/cluster-autoscaler (see tests/e2e/build.sh), and buildah for the image
+# (scripts/install-deps.sh, which .ci/run calls first); installs nothing else.
 # Build outputs are cached under $HOME/.cache/gangscaler so warm runs are quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,12 +34,26 @@ step "Go wire-conformance test against the built server"
 cargo build --quiet --locked --bin gangscaler
 GANGSCALER_BIN="$CARGO_TARGET_DIR/debug/gangscaler" tests/conformance/run.sh
 
+step "image: static binary, FROM scratch image (buildah, no registry), validate and serve inside it as uid 65532"
+static_bin=$(scripts/image.sh | tail -n 1)
+
 step "e2e: build the control plane (Go module proxy) and cluster-autoscaler 1.36.1 + 1.34.5 (../shared sources), cached under \$HOME/.cache/gangscaler/e2e"
 tests/e2e/build.sh --legacy-ca
 
-step "e2e: the real cluster-autoscaler drives gangscaler (kwok backend) on etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok"
+step "helm lint and helm template: charts/gangscaler with default values and with the HA + cert-manager value set"
+# shellcheck source=../tests/e2e/versions.env
+. tests/e2e/versions.env
+helm="${GANGSCALER_CACHE:-$HOME/.cache/gangscaler}/e2e/helm-$HELM_VERSION/helm"
+for values in "" charts/gangscaler/ci/ha-cert-manager-values.yaml; do
+  args=()
+  [ -n "$values" ] && args=(--values "$values")
+  "$helm" lint --strict charts/gangscaler "${args[@]}"
+  "$helm" template gangscaler charts/gangscaler --namespace kube-system "${args[@]}" >/dev/null
+done
+
+step "e2e: the real cluster-autoscaler drives gangscaler (the static image binary, kwok backend, the chart's ServiceAccount) on etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok"
 results="$CARGO_TARGET_DIR/e2e-results/$(date -u +%Y%m%dT%H%M%S)-${E2E_K8S_MINOR:-1.36}.jsonl"
-E2E_RESULTS="$results" cargo test --all-features --locked --test e2e -- --ignored --test-threads=1
+GANGSCALER_BIN="$static_bin" E2E_RESULTS="$results" cargo test --all-features --locked --test e2e -- --ignored --test-threads=1
 if command -v python3 >/dev/null; then
   step "e2e results of this run (the table docs/e2e-results.md is written from)"
   scripts/e2e-results.py --command "scripts/test.sh" "$results"

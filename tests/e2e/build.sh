@@ -4,7 +4,8 @@
 #   $HOME/.cache/gangscaler/e2e/etcd-<version>/etcd
 #   $HOME/.cache/gangscaler/e2e/kwok-<version>/kwok
 #   $HOME/.cache/gangscaler/e2e/ca-<version>/cluster-autoscaler
-# The control plane, etcd and kwok come from the Go module proxy. The Go module proxy refuses
+#   $HOME/.cache/gangscaler/e2e/helm-<version>/helm
+# The control plane, etcd, kwok and helm come from the Go module proxy. The Go module proxy refuses
 # k8s.io/autoscaler/cluster-autoscaler, so the real cluster-autoscaler is built from the
 # upstream sources in ../shared/cluster-autoscaler/<version> (trimmed to the externalgrpc
 # build; override the folder with GANGSCALER_CA_SOURCES). It is built with -o into the cache,
@@ -88,6 +89,30 @@ build_kwok() {
   echo "$out"
 }
 
+build_helm() {
+  local out="$cache/helm-$HELM_VERSION"
+  if [ -x "$out/helm" ]; then echo "$out"; return; fi
+  log "building helm $HELM_VERSION (cold: about 2 min on 2 cores)"
+  mkdir -p "$out.tmp"
+  # The ldflags upstream's Makefile sets: the version, and the Kubernetes version `helm
+  # template` and `helm lint` assume without a cluster (that of helm's client-go; without them
+  # helm assumes 1.20 and refuses the chart's kubeVersion).
+  local gomod client_go major minor
+  gomod=$(cd / && go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  client_go=$(sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$gomod" | head -1)
+  [ -n "$client_go" ] || { echo "no k8s.io/client-go in helm's go.mod" >&2; exit 2; }
+  major=1 minor=$client_go
+  local p=helm.sh/helm/v3
+  local ld="-s -w -X $p/internal/version.version=$HELM_VERSION -X $p/internal/version.gitTreeState=clean"
+  ld="$ld -X $p/pkg/chartutil.k8sVersionMajor=$major -X $p/pkg/chartutil.k8sVersionMinor=$minor"
+  ld="$ld -X $p/pkg/lint/rules.k8sVersionMajor=$major -X $p/pkg/lint/rules.k8sVersionMinor=$minor"
+  # helm's go.mod has no replace directives, so a plain go install works; -mod=mod because
+  # GOFLAGS may carry -mod=readonly from the environment.
+  GOBIN="$out.tmp" GOFLAGS=-mod=mod go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  echo "$out"
+}
+
 # build_ca VERSION: the externalgrpc cluster-autoscaler from ../shared/cluster-autoscaler/VERSION.
 build_ca() {
   local version=$1 out="$cache/ca-$1"
@@ -104,6 +129,7 @@ build_ca() {
 
 build_etcd
 build_kwok
+build_helm
 build_k8s
 build_ca "$ca_version"
 if [ "$legacy" = 1 ]; then build_ca "$CA_LEGACY"; fi

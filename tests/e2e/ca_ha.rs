@@ -142,7 +142,7 @@ async fn ca_scale_up_survives_kill_9_of_the_leader_and_the_standby_finishes_it_o
     assert_eq!(report["files"].as_array().unwrap().len(), 2, "{report:#}");
 
     // The Lease and the metrics say gangscaler-b leads.
-    let leases: Api<Lease> = Api::namespaced(s.client.clone(), "kube-system");
+    let leases: Api<Lease> = Api::namespaced(s.client.clone(), super::chart::NAMESPACE);
     let spec = leases.get("gangscaler").await.unwrap().spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("gangscaler-b"));
     assert_eq!(spec.lease_duration_seconds, Some(15));

@@ -45,6 +45,8 @@ pub struct Versions {
     pub etcd: String,
     /// `v0.8.0`.
     pub kwok: String,
+    /// `v3.22.0`.
+    pub helm: String,
 }
 
 fn repo() -> PathBuf {
@@ -74,6 +76,7 @@ impl Versions {
             scheduler_profile: cols[6].to_owned(),
             etcd: var("ETCD_VERSION"),
             kwok: var("KWOK_VERSION"),
+            helm: var("HELM_VERSION"),
         }
     }
 
@@ -93,6 +96,11 @@ impl Versions {
             _ => &self.kwok,
         };
         self.cached(&format!("{part}-{version}"), name)
+    }
+
+    /// The helm binary (renders `charts/gangscaler`).
+    pub fn helm_bin(&self) -> PathBuf {
+        self.cached(&format!("helm-{}", self.helm), "helm")
     }
 
     /// The cluster-autoscaler binary of release `version`.

@@ -8,6 +8,9 @@
 //! - `alone`: gangscaler without CA (the kwok backend, the cluster view, and gangscaler's own
 //!   side of the gRPC contract).
 //! - `outage`: gangscaler alone while kube-apiserver is stopped and started again.
+//! - `deploy`: the Helm chart (`chart.rs`) applied to the API server; gangscaler under the
+//!   chart's ServiceAccount, with every permission, and without one. Every CA-driven scenario
+//!   runs gangscaler under that ServiceAccount too (`Scenario::start`).
 //!
 //! These tests need the binaries from `tests/e2e/build.sh`; they are `#[ignore]`d so a plain
 //! `cargo test` does not need them. Run: `tests/e2e/build.sh --legacy-ca && cargo test
@@ -27,6 +30,8 @@ mod ca_ha;
 mod ca_lifecycle;
 mod ca_scaleup;
 mod ca_wire;
+mod chart;
+mod deploy;
 mod harness;
 mod outage;
 mod scenario;
@@ -37,33 +42,43 @@ use std::time::{Duration, Instant};
 use harness::{Cluster, eventually};
 use kube::api::{Api, ListParams, PostParams};
 
-/// Starts the gangscaler binary on the configuration folder `config` (logging to `log` in the
-/// run's folder) and waits until its metrics port `http` accepts connections.
+/// The gangscaler binary the e2e runs: `$GANGSCALER_BIN` when set (CI passes the static
+/// release binary that goes into the image, see `scripts/image.sh`), else this build's.
+fn gangscaler_bin() -> std::path::PathBuf {
+    std::env::var_os("GANGSCALER_BIN")
+        .filter(|p| !p.is_empty())
+        .map_or_else(
+            || std::path::PathBuf::from(env!("CARGO_BIN_EXE_gangscaler")),
+            std::path::PathBuf::from,
+        )
+}
+
+/// Starts the gangscaler binary ([`gangscaler_bin`]) on the configuration folder `config`
+/// (logging to `log` in the run's folder) and waits until its metrics port `http` accepts
+/// connections.
 fn start_gangscaler(
     cluster: &Cluster,
     config: &std::path::Path,
     http: u16,
     log: &str,
 ) -> harness::Proc {
-    start_gangscaler_with_env(cluster, config, http, log, &[])
+    start_gangscaler_with_env::<&str, &str>(cluster, config, http, log, &[])
 }
 
 /// [`start_gangscaler`] with these environment variables (e.g. `POD_NAME` and `GANGSCALER__…`
 /// overrides for one replica of several sharing `config`).
-fn start_gangscaler_with_env(
+fn start_gangscaler_with_env<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::OsStr>>(
     cluster: &Cluster,
     config: &std::path::Path,
     http: u16,
     log: &str,
-    env: &[(&str, String)],
+    env: &[(K, V)],
 ) -> harness::Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gangscaler"));
+    let mut cmd = Command::new(gangscaler_bin());
     cmd.args(["serve", "--config"])
         .arg(config)
-        .env("RUST_LOG", "info");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+        .env("RUST_LOG", "info")
+        .envs(env.iter().map(|(k, v)| (k, v)));
     let p = harness::Proc::spawn_logged(log, &cluster.dir, cmd);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use rcgen::ExtendedKeyUsagePurpose;
 
+use super::chart;
 use super::harness::{
     self, Autoscaler, AutoscalerSpec, Cluster, Forwarder, Proc, TestCa, Transport, Versions,
     eventually, free_port, write,
@@ -120,6 +121,9 @@ pub struct Setup {
     /// gangscaler replicas: 1, or 2 with leader election behind a [`Forwarder`] (the
     /// Service CA dials), each writing its own audit log in one directory.
     pub replicas: u32,
+    /// Changes the rendered chart objects before they are applied; a test that takes a
+    /// permission away sets it.
+    pub chart_edit: Option<fn(&mut [serde_json::Value])>,
 }
 
 impl Setup {
@@ -135,6 +139,7 @@ impl Setup {
             mtls: false,
             scheduler_profile: None,
             replicas: 1,
+            chart_edit: None,
         }
     }
 
@@ -143,6 +148,13 @@ impl Setup {
     #[must_use]
     pub fn two_replicas(mut self) -> Self {
         self.replicas = 2;
+        self
+    }
+
+    /// `edit` changes the rendered chart objects before they are applied.
+    #[must_use]
+    pub fn chart_edit(mut self, edit: fn(&mut [serde_json::Value])) -> Self {
+        self.chart_edit = Some(edit);
         self
     }
 
@@ -208,6 +220,8 @@ pub struct Scenario {
     pub audit: PathBuf,
     /// What was started.
     pub setup: Setup,
+    /// The chart as applied; gangscaler runs with its ServiceAccount.
+    pub chart: chart::Installed,
     gangscaler_starts: u32,
     /// The control plane.
     pub cluster: Cluster,
@@ -278,23 +292,36 @@ impl Scenario {
                 Transport::Plaintext,
             )
         };
+        // gangscaler talks to the API server as the chart's ServiceAccount (a TokenRequest
+        // token), not as admin, so every scenario also proves the chart grants what it uses.
+        // The kwok state ConfigMap and the leader Lease live where the chart's Role grants
+        // them: the release namespace.
+        let installed = chart::install(&cluster, setup.chart_edit.unwrap_or(|_| {})).await;
+        let kubernetes = format!(
+            "kubernetes: {{kubeconfig: {kc}, watch: true, stateNamespace: {ns}, stateConfigMap: {cm}}}\n",
+            kc = installed.kubeconfig.display(),
+            ns = chart::NAMESPACE,
+            cm = chart::STATE_CONFIG_MAP,
+        );
         let ha = setup.replicas > 1;
         let (audit, leader_election) = if ha {
             assert!(!setup.mtls, "two replicas run plaintext");
             std::fs::create_dir_all(config.join("audit")).unwrap();
             (
                 "audit/{identity}.jsonl",
-                "leaderElection: {enabled: true}\n",
+                format!(
+                    "leaderElection: {{enabled: true, namespace: {ns}}}\n",
+                    ns = chart::NAMESPACE
+                ),
             )
         } else {
-            ("audit.jsonl", "")
+            ("audit.jsonl", String::new())
         };
         write(
             &config.join("provider.yaml"),
             &format!(
-                "{server}kubernetes: {{kubeconfig: {kc}, watch: true}}\nadmission: {{policy: {policy}}}\n\
+                "{server}{kubernetes}admission: {{policy: {policy}}}\n\
                  audit: {{path: \"{audit}\"}}\nlifecycle: {lifecycle}\n{leader_election}",
-                kc = cluster.kubeconfig.display(),
                 policy = setup.policy,
                 lifecycle = setup.lifecycle,
             ),
@@ -386,6 +413,7 @@ impl Scenario {
             config,
             metrics,
             setup,
+            chart: installed,
             gangscaler_starts: 1,
             cluster,
         }
@@ -898,6 +926,39 @@ impl Sampler {
     /// What the window holds so far.
     pub fn sample(&self) -> Sample {
         self.state.lock().unwrap().0.clone()
+    }
+}
+
+impl Scenario {
+    /// The lines of gangscaler's logs (every start) in which the API server refused it a
+    /// permission.
+    pub fn forbidden_lines(&self) -> Vec<String> {
+        (1..=self.gangscaler_starts)
+            .map(|n| self.cluster.dir.join(format!("gangscaler-{n}.log")))
+            .filter_map(|log| std::fs::read_to_string(log).ok())
+            .flat_map(|text| {
+                text.lines()
+                    .filter(|l| l.contains("is forbidden"))
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+impl Drop for Scenario {
+    /// With the chart's RBAC as rendered, a scenario that passed must not have been refused
+    /// anything either: some refusals (an Event, a protection patch) only log a warning and
+    /// would otherwise go unnoticed.
+    fn drop(&mut self) {
+        if std::thread::panicking() || self.setup.chart_edit.is_some() {
+            return;
+        }
+        let refused = self.forbidden_lines();
+        assert!(
+            refused.is_empty(),
+            "the chart's ServiceAccount lacks a permission gangscaler used: {refused:#?}"
+        );
     }
 }
 
