@@ -1,9 +1,9 @@
-//! The HTTP side endpoints: `/metrics` (Prometheus text), `/healthz` (process alive) and
-//! `/readyz` (serving gRPC with a valid configuration).
+//! The HTTP side endpoints: `/metrics` (Prometheus text), `/healthz` (liveness: the process
+//! answers) and `/readyz` (every [`Condition`](crate::readiness::Condition) holds; the body
+//! names each one and why it fails).
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -16,16 +16,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 
 /// Shared state of the HTTP endpoints.
 #[derive(Debug, Clone)]
 pub struct Endpoints {
     /// Metrics to expose.
     pub metrics: Arc<Metrics>,
-    /// Set once the gRPC server accepts calls.
-    pub ready: Arc<AtomicBool>,
-    /// Set once the cluster view (if any) has synced; admission refuses to plan before.
-    pub synced: Arc<AtomicBool>,
+    /// The readiness conditions `/readyz` reports.
+    pub readiness: Arc<Readiness>,
     /// A connection whose request headers have not arrived this long after it opened (or
     /// after its previous response) is closed; `server.connections.handshakeTimeout`.
     pub header_timeout: Duration,
@@ -39,17 +38,18 @@ impl Endpoints {
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
                 self.metrics.encode(),
             ),
+            // Answering at all is the liveness signal: this task runs on the same runtime as
+            // the gRPC server. It stays 200 while draining, so a shutdown is not a restart.
             "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
-            "/readyz"
-                if self.ready.load(Ordering::Acquire) && self.synced.load(Ordering::Acquire) =>
-            {
-                (StatusCode::OK, "text/plain", "ready\n".to_owned())
+            "/readyz" => {
+                let report = self.readiness.report();
+                let status = if report.is_ready() {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                (status, "text/plain", report.to_string())
             }
-            "/readyz" => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain",
-                "not ready\n".to_owned(),
-            ),
             _ => (
                 StatusCode::NOT_FOUND,
                 "text/plain",
