@@ -156,8 +156,9 @@ pub enum Command {
         #[arg(long, default_value = "provider-configs", env = "GANGSCALER_CONFIG")]
         config: PathBuf,
         /// Deprecated: the configuration directory as a positional argument, as before
-        /// `--config`; it still works, with a warning. Cannot be combined with `--config`.
-        #[arg(value_name = "DIR", hide = true, conflicts_with = "config")]
+        /// `--config`; it still works, with a warning, and wins over `--config` and
+        /// `GANGSCALER_CONFIG` (so a deployment that sets the variable keeps working).
+        #[arg(value_name = "DIR", hide = true)]
         dir: Option<PathBuf>,
     },
     /// Show, for each pending gang, which node groups can host it whole and with how many

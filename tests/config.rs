@@ -1111,6 +1111,7 @@ fn a_setting_variable_that_addresses_no_file_is_an_error_naming_it() {
         e.message.contains("GPU_Z") && e.message.contains("GPU_A"),
         "{e}"
     );
+    assert!(!e.message.contains("  "), "one line, single spaces: {e}");
     let e = expect_error(
         &errs,
         "provider.yaml",
@@ -1118,6 +1119,7 @@ fn a_setting_variable_that_addresses_no_file_is_an_error_naming_it() {
         Some("\"127.0.0.1:1\""),
     );
     assert!(e.message.contains("GANGSCALER__<KEY>"), "{e}");
+    assert!(!e.message.contains("  "), "one line, single spaces: {e}");
 }
 
 #[test]
@@ -1284,8 +1286,19 @@ fn validate_takes_config_like_the_other_commands_and_the_positional_form_is_depr
         stderr(&out)
     );
 
-    let out = gangscaler(&["validate", "--config", "x", shipped.to_str().unwrap()]);
-    assert!(!out.status.success(), "both forms at once are refused");
+    // The positional form wins, so an environment that sets GANGSCALER_CONFIG keeps working.
+    let out = gangscaler(&[
+        "validate",
+        "--config",
+        "/nonexistent",
+        shipped.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("valid, 3 node group(s)"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]

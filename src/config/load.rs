@@ -245,7 +245,7 @@ impl Source {
                 Some(stem) => (
                     groups_dir,
                     format!(
-                        "environment variable addresses node group {stem}, which has no file here ({});                          GANGSCALER_NG_<GROUP>__<KEY> names a group by its file name, upper-cased with `-` as `_`",
+                        "environment variable addresses node group {stem}, which has no file here ({}); GANGSCALER_NG_<GROUP>__<KEY> names a group by its file name, upper-cased with `-` as `_`",
                         if stems.is_empty() {
                             "there are no node-group files".to_owned()
                         } else {
@@ -256,7 +256,7 @@ impl Source {
                 None => (
                     provider,
                     format!(
-                        "environment variable is neither GANGSCALER__<KEY>__... (provider.yaml) nor                          GANGSCALER_NG_<GROUP>__<KEY>... (a node-group file): {selector} selects no file"
+                        "environment variable is neither GANGSCALER__<KEY>__... (provider.yaml) nor GANGSCALER_NG_<GROUP>__<KEY>... (a node-group file): {selector} selects no file"
                     ),
                 ),
             };
