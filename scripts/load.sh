@@ -75,18 +75,18 @@ run gangscaler 127.0.0.1:18087 NodeGroupForNode "{\"node\":{\"providerID\":\"$PI
 run gangscaler 127.0.0.1:18087 NodeGroupTargetSize '{"id":"group-042"}'
 run trivial 127.0.0.1:18088 NodeGroupForNode "{\"node\":{\"providerID\":\"$PID\"}}"
 run trivial 127.0.0.1:18088 NodeGroupTargetSize '{"id":"group-042"}'
-echo "server-side handling time under load (gangscaler_grpc_request_duration_seconds):"
+echo "server-side handling time under load (grpc_server_handling_seconds):"
 curl -fsS http://127.0.0.1:19464/metrics > "$work/metrics.txt"
 python3 - "$work/metrics.txt" <<'PY'
 import re, sys
 count, total, buckets = {}, {}, {}
 for line in open(sys.argv[1]):
-    m = re.match(r'gangscaler_grpc_request_duration_seconds_(count|sum|bucket)\{([^}]*)\} (\S+)', line)
+    m = re.match(r'grpc_server_handling_seconds_(count|sum|bucket)\{([^}]*)\} (\S+)', line)
     if not m:
         continue
     kind, labels, v = m.groups()
     labels = dict(re.findall(r'(\w+)="([^"]*)"', labels))
-    rpc, le = labels.get("rpc"), labels.get("le")
+    rpc, le = labels.get("grpc_method"), labels.get("le")
     if kind == "count": count[rpc] = float(v)
     elif kind == "sum": total[rpc] = float(v)
     else: buckets.setdefault(rpc, []).append((float(le), float(v)))

@@ -28,7 +28,7 @@ step "cargo doc (-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet
 
 step "validate shipped configs"
-cargo run --quiet --locked -- validate provider-configs
+cargo run --quiet --locked -- validate --config provider-configs
 
 step "Go wire-conformance test against the built server"
 cargo build --quiet --locked --bin gangscaler

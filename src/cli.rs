@@ -13,9 +13,24 @@ use crate::model::TemplateNode;
 use crate::server::Server;
 use crate::telemetry::LogFormat;
 
+/// `--version`'s long form: the version, then the git commit and compiler it was built with.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("BUILD_GIT_COMMIT"),
+    ", rustc ",
+    env!("BUILD_RUSTC_VERSION"),
+    ")"
+);
+
 /// gangscaler: gang-aware Cluster Autoscaler externalgrpc cloud provider.
+///
+/// Environment variables: a flag that every command shares can be set as `GANGSCALER_<FLAG>`
+/// (`GANGSCALER_LOG`, `GANGSCALER_LOG_FORMAT`, `GANGSCALER_CONFIG`); a configuration setting
+/// as `GANGSCALER__<KEY>__<KEY>` (provider.yaml) or `GANGSCALER_NG_<GROUP>__<KEY>` (a
+/// node-group file). See the README's "Environment variables".
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, long_version = LONG_VERSION, about)]
 pub struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "GANGSCALER_LOG_FORMAT")]
@@ -139,9 +154,14 @@ pub enum Command {
     },
     /// Validate a configuration directory; exits non-zero on any error.
     Validate {
-        /// Configuration directory.
-        #[arg(default_value = "provider-configs")]
-        dir: PathBuf,
+        /// Configuration directory (provider.yaml + node-group files).
+        #[arg(long, default_value = "provider-configs", env = "GANGSCALER_CONFIG")]
+        config: PathBuf,
+        /// Deprecated: the configuration directory as a positional argument, as before
+        /// `--config`; it still works, with a warning, and wins over `--config` and
+        /// `GANGSCALER_CONFIG` (so a deployment that sets the variable keeps working).
+        #[arg(value_name = "DIR", hide = true)]
+        dir: Option<PathBuf>,
     },
     /// Show, for each pending gang, which node groups can host it whole and with how many
     /// nodes, and why the others cannot.
@@ -186,7 +206,18 @@ pub enum Command {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config } => run_serve(config).await,
-        Command::Validate { dir } => run_validate(dir),
+        Command::Validate { config, dir } => {
+            let dir = match dir {
+                Some(dir) => {
+                    eprintln!(
+                        "warning: `gangscaler validate DIR` is deprecated; use `gangscaler validate --config DIR`"
+                    );
+                    dir
+                }
+                None => config,
+            };
+            run_validate(dir)
+        }
         Command::Template {
             group,
             config,

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use load::{Fingerprint, PROVIDER_FILE, Source};
-pub use tls::{MAX_TLS_FILE_BYTES, TlsError, TlsMaterial, TlsProblem};
+pub use tls::{MAX_TLS_FILE_BYTES, TlsContents, TlsError, TlsFingerprint, TlsMaterial, TlsProblem};
 
 use crate::model::NodeGroupSpec;
 
@@ -167,7 +167,21 @@ pub struct ServerSettings {
     pub transport: Transport,
     /// Timeouts, keepalive and the limit on gRPC connections (`server.connections`).
     pub connections: ConnectionSettings,
+    /// After SIGTERM (readiness already false), how long RPCs in flight may still run before
+    /// the remaining connections are closed (`server.shutdownGracePeriod`).
+    pub shutdown_grace_period: Duration,
+    /// How often the TLS files are checked for a rotation (`server.tls.pollInterval`); unused
+    /// without TLS.
+    pub tls_poll_interval: Duration,
 }
+
+/// Default of `server.shutdownGracePeriod`: long enough for CA's calls in flight (they answer
+/// in milliseconds, a backend call in seconds), well inside Kubernetes' default 30s
+/// `terminationGracePeriodSeconds`.
+pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(5);
+
+/// Default of `server.tls.pollInterval`.
+pub const DEFAULT_TLS_POLL_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How long gRPC connections may take to start and stay silent, and how many may be open
 /// (`server.connections`).

@@ -1,10 +1,9 @@
-//! The HTTP side endpoints: `/metrics` (Prometheus text), `/healthz` (process alive) and
-//! `/readyz` (serving gRPC with a valid configuration, and every named [`Readiness`]
-//! condition holding, e.g. being the leader; a 503 body names those that do not).
+//! The HTTP side endpoints: `/metrics` (Prometheus text), `/healthz` (liveness: the process
+//! answers) and `/readyz` (every [`Condition`](crate::readiness::Condition) holds; the body
+//! names each one and why it fails).
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -17,66 +16,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 
 /// Shared state of the HTTP endpoints.
 #[derive(Debug, Clone)]
 pub struct Endpoints {
     /// Metrics to expose.
     pub metrics: Arc<Metrics>,
-    /// Set once the gRPC server accepts calls.
-    pub ready: Arc<AtomicBool>,
-    /// Set once the cluster view (if any) has synced; admission refuses to plan before.
-    pub synced: Arc<AtomicBool>,
+    /// The readiness conditions `/readyz` reports.
+    pub readiness: Arc<Readiness>,
     /// A connection whose request headers have not arrived this long after it opened (or
     /// after its previous response) is closed; `server.connections.handshakeTimeout`.
     pub header_timeout: Duration,
-    /// Further named conditions `/readyz` requires.
-    pub readiness: Readiness,
-}
-
-/// A readiness condition: `None` while it holds, else why it does not.
-pub type Probe = Arc<dyn Fn() -> Option<String> + Send + Sync>;
-
-/// Named conditions `/readyz` requires besides serving gRPC and the cluster view's sync
-/// (e.g. `leader`: only the leader of several replicas is ready, so that a Service routes
-/// Cluster Autoscaler to it). Each is asked at every request.
-#[derive(Clone, Default)]
-pub struct Readiness {
-    conditions: Vec<(&'static str, Probe)>,
-}
-
-impl std::fmt::Debug for Readiness {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.conditions.iter().map(|(name, _)| name))
-            .finish()
-    }
-}
-
-impl Readiness {
-    /// No conditions.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Also requires `probe`, reported as `name` when it fails.
-    #[must_use]
-    pub fn with(
-        mut self,
-        name: &'static str,
-        probe: impl Fn() -> Option<String> + Send + Sync + 'static,
-    ) -> Self {
-        self.conditions.push((name, Arc::new(probe)));
-        self
-    }
-
-    /// The conditions that do not hold now, with why.
-    pub fn failing(&self) -> Vec<(&'static str, String)> {
-        self.conditions
-            .iter()
-            .filter_map(|(name, probe)| probe().map(|why| (*name, why)))
-            .collect()
-    }
 }
 
 impl Endpoints {
@@ -87,21 +38,17 @@ impl Endpoints {
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
                 self.metrics.encode(),
             ),
+            // Answering at all is the liveness signal: this task runs on the same runtime as
+            // the gRPC server. It stays 200 while draining, so a shutdown is not a restart.
             "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
             "/readyz" => {
-                let failing = self.readiness.failing();
-                if self.ready.load(Ordering::Acquire)
-                    && self.synced.load(Ordering::Acquire)
-                    && failing.is_empty()
-                {
-                    (StatusCode::OK, "text/plain", "ready\n".to_owned())
+                let report = self.readiness.report();
+                let status = if report.is_ready() {
+                    StatusCode::OK
                 } else {
-                    let mut body = "not ready\n".to_owned();
-                    for (name, why) in failing {
-                        body.push_str(&format!("{name}: {why}\n"));
-                    }
-                    (StatusCode::SERVICE_UNAVAILABLE, "text/plain", body)
-                }
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                (status, "text/plain", report.to_string())
             }
             _ => (
                 StatusCode::NOT_FOUND,

@@ -7,7 +7,7 @@
 //! main, cli  ─► server, engine, scaleup, audit, planner, cluster, config, provision,
 //!               telemetry, model, yaml
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
-//!               leader, metrics, model
+//!               leader, metrics, readiness, model
 //! grpc       ─► engine, provision, metrics, model
 //! engine     ─► scaleup, planner, provision, cluster, config, events, leader, metrics, model
 //! scaleup    ─► cluster, audit, events, metrics, planner, model      (never engine)
@@ -18,8 +18,8 @@
 //! cluster    ─► model, yaml
 //! planner    ─► model
 //! leader     ─► config, metrics
-//! http       ─► metrics
-//! model, metrics, telemetry, yaml: nothing of ours
+//! http       ─► metrics, readiness
+//! model, metrics, readiness, telemetry, yaml: nothing of ours
 //! testing    ─► config, model   (test and bench builders; planner's and provision's tests)
 //! ```
 //!
@@ -43,6 +43,8 @@
 //!   shutdown.
 //! - [`metrics`], [`http`], [`telemetry`]: Prometheus families, `/metrics` and health
 //!   endpoints, logging.
+//! - [`readiness`]: the named conditions behind `/readyz` (serving, synced, leader, not
+//!   draining).
 
 pub mod audit;
 pub mod cli;
@@ -57,6 +59,7 @@ pub mod metrics;
 pub mod model;
 pub mod planner;
 pub mod provision;
+pub mod readiness;
 pub mod scaleup;
 pub mod server;
 pub mod telemetry;

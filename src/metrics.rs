@@ -1,5 +1,13 @@
-//! Prometheus metric families, registered under the `gangscaler` prefix. Labels come only
-//! from bounded sets (rpc names, status codes, backends, operations, outcomes).
+//! Prometheus metric families. Gangscaler's own are registered under the `gangscaler`
+//! prefix; the gRPC server metrics use the names and labels of go-grpc-prometheus
+//! (`grpc_server_*`), and the process metrics the standard `process_*` names, so that existing
+//! dashboards work unchanged. Labels come only from bounded sets (rpc names, status codes,
+//! backends, operations, outcomes, node groups from the configuration). Every metric is listed
+//! in `docs/metrics.md`.
+
+mod process;
+
+pub use process::{ProcessCollector, Sample as ProcessSample};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -8,21 +16,50 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-/// Labels of a gRPC request counter.
+/// The fully qualified gRPC service name, the `grpc_service` label of the gRPC metrics.
+pub const GRPC_SERVICE: &str = "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider";
+
+/// Labels of the gRPC started counter and latency histogram (go-grpc-prometheus' names).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RpcLabels {
-    /// RPC method name.
-    pub rpc: &'static str,
-    /// gRPC status code name.
-    pub code: &'static str,
+pub struct GrpcLabels {
+    /// `unary`: every externalgrpc method is unary.
+    pub grpc_type: &'static str,
+    /// Always [`GRPC_SERVICE`].
+    pub grpc_service: &'static str,
+    /// The method name, e.g. `NodeGroupIncreaseSize`.
+    pub grpc_method: &'static str,
 }
 
-/// Labels of a gRPC latency histogram.
+/// Labels of the gRPC handled counter: [`GrpcLabels`] plus the status code.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RpcMethod {
-    /// RPC method name.
-    pub rpc: &'static str,
+pub struct GrpcCodeLabels {
+    /// `unary`.
+    pub grpc_type: &'static str,
+    /// Always [`GRPC_SERVICE`].
+    pub grpc_service: &'static str,
+    /// The method name.
+    pub grpc_method: &'static str,
+    /// The status code as grpc-go spells it: `OK`, `InvalidArgument`, `FailedPrecondition`, ...
+    pub grpc_code: &'static str,
 }
+
+/// Labels of `gangscaler_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The crate version.
+    pub version: &'static str,
+    /// The git commit built, or `unknown` when built outside a git checkout.
+    pub git_commit: &'static str,
+    /// The compiler version, e.g. `1.89.0`.
+    pub rustc: &'static str,
+}
+
+/// What this binary was built from, as `gangscaler_build_info` and `--version` show it.
+pub const BUILD: BuildLabels = BuildLabels {
+    version: env!("CARGO_PKG_VERSION"),
+    git_commit: env!("BUILD_GIT_COMMIT"),
+    rustc: env!("BUILD_RUSTC_VERSION"),
+};
 
 /// Labels of a provisioning call counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,10 +110,12 @@ pub struct ScaleUpOutcomeLabels {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    /// gRPC requests by method and status code.
-    pub grpc_requests: Family<RpcLabels, Counter>,
-    /// gRPC server-side handling time by method.
-    pub grpc_duration: Family<RpcMethod, Histogram>,
+    /// gRPC requests started, by method (`grpc_server_started_total`).
+    pub grpc_started: Family<GrpcLabels, Counter>,
+    /// gRPC requests answered, by method and status code (`grpc_server_handled_total`).
+    pub grpc_handled: Family<GrpcCodeLabels, Counter>,
+    /// gRPC server-side handling time by method (`grpc_server_handling_seconds`).
+    pub grpc_handling_seconds: Family<GrpcLabels, Histogram>,
     /// Provisioning backend calls.
     pub provision_calls: Family<ProvisionLabels, Counter>,
     /// Configuration reloads by outcome.
@@ -118,6 +157,57 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Changes of the Lease holder this replica saw (another replica or itself taking it).
     pub leader_transitions: Counter,
+    /// The TLS reload metrics, registered only when the gRPC server uses TLS
+    /// ([`Metrics::with_tls`]).
+    pub tls: Option<TlsMetrics>,
+}
+
+/// Metrics of the served TLS material and its reloads (`gangscaler_tls_*`).
+#[derive(Debug, Clone, Default)]
+pub struct TlsMetrics {
+    /// Reloads after a change of the TLS files, by outcome (`success`, `failure`).
+    pub reloads: Family<OutcomeLabels, Counter>,
+    /// Unix time at which the served material was last loaded (at start, then at each
+    /// successful reload).
+    pub last_reload_success: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// The notAfter of the served certificate (the leaf), as Unix time.
+    pub certificate_expiration: Gauge,
+    /// 1 while the served material is what the files hold, 0 while they hold a change that
+    /// was rejected.
+    pub valid: Gauge,
+}
+
+impl TlsMetrics {
+    /// Records a successful (re)load at `now_ms` of a certificate expiring at `not_after`
+    /// (Unix seconds, if it could be read); `reload` is false for the load at start.
+    pub fn loaded(&self, now_ms: i64, not_after: Option<i64>, reload: bool) {
+        if reload {
+            self.reloads
+                .get_or_create(&OutcomeLabels { outcome: "success" })
+                .inc();
+        }
+        self.last_reload_success.set(now_ms as f64 / 1000.0);
+        if let Some(t) = not_after {
+            self.certificate_expiration.set(t);
+        }
+        self.valid.set(1);
+    }
+
+    /// Records a change of the files that could not be loaded.
+    pub fn rejected(&self) {
+        self.reloads
+            .get_or_create(&OutcomeLabels { outcome: "failure" })
+            .inc();
+        self.valid.set(0);
+    }
+}
+
+fn unary(method: &'static str) -> GrpcLabels {
+    GrpcLabels {
+        grpc_type: "unary",
+        grpc_service: GRPC_SERVICE,
+        grpc_method: method,
+    }
 }
 
 /// Buckets for scale-up and formation times: 5 s to 1 h, minute-scale in the middle.
@@ -142,10 +232,38 @@ impl Default for Metrics {
 impl Metrics {
     /// Creates and registers every family.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("gangscaler");
-        let grpc_requests = Family::<RpcLabels, Counter>::default();
-        let grpc_duration =
-            Family::<RpcMethod, Histogram>::new_with_constructor(|| Histogram::new(rpc_buckets()));
+        let mut root = Registry::default();
+        let grpc_started = Family::<GrpcLabels, Counter>::default();
+        let grpc_handled = Family::<GrpcCodeLabels, Counter>::default();
+        let grpc_handling_seconds =
+            Family::<GrpcLabels, Histogram>::new_with_constructor(|| Histogram::new(rpc_buckets()));
+        // go-grpc-prometheus' names, unprefixed, so that gRPC dashboards work as they are.
+        let grpc = root.sub_registry_with_prefix("grpc_server");
+        grpc.register(
+            "started",
+            "externalgrpc calls started on the server, by method",
+            grpc_started.clone(),
+        );
+        grpc.register(
+            "handled",
+            "externalgrpc calls completed on the server, by method and status code",
+            grpc_handled.clone(),
+        );
+        grpc.register_with_unit(
+            "handling",
+            "externalgrpc server-side handling time (decoded request to response), by method",
+            prometheus_client::registry::Unit::Seconds,
+            grpc_handling_seconds.clone(),
+        );
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix("gangscaler");
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info.get_or_create(&BUILD).set(1);
+        registry.register(
+            "build_info",
+            "1, labelled with the version, git commit and compiler this binary was built from",
+            build_info,
+        );
         let provision_calls = Family::<ProvisionLabels, Counter>::default();
         let config_reloads = Family::<OutcomeLabels, Counter>::default();
         let config_valid = Gauge::default();
@@ -259,18 +377,6 @@ impl Metrics {
             "gang admission decisions in NodeGroupIncreaseSize, by verdict and rule",
             admission_decisions.clone(),
         );
-        let grpc = registry.sub_registry_with_prefix("grpc");
-        grpc.register(
-            "requests",
-            "externalgrpc requests handled, by method and status code",
-            grpc_requests.clone(),
-        );
-        grpc.register_with_unit(
-            "request_duration",
-            "externalgrpc server-side handling time, by method",
-            prometheus_client::registry::Unit::Seconds,
-            grpc_duration.clone(),
-        );
         registry.sub_registry_with_prefix("provision").register(
             "calls",
             "provisioning backend calls, by backend, operation and outcome",
@@ -288,9 +394,10 @@ impl Metrics {
             config_valid.clone(),
         );
         Self {
-            registry,
-            grpc_requests,
-            grpc_duration,
+            registry: root,
+            grpc_started,
+            grpc_handled,
+            grpc_handling_seconds,
             provision_calls,
             config_reloads,
             config_valid,
@@ -310,7 +417,48 @@ impl Metrics {
             cluster_view_stale,
             leader,
             leader_transitions,
+            tls: None,
         }
+    }
+
+    /// Registers the TLS metrics (`gangscaler_tls_*`), for a server that uses TLS; without
+    /// TLS they are left out rather than exposed as zeros.
+    #[must_use]
+    pub fn with_tls(mut self) -> Self {
+        let tls = TlsMetrics::default();
+        // Both outcomes exist from the start, so `increase()` over them works from the first
+        // failure on.
+        for outcome in ["success", "failure"] {
+            let _ = tls.reloads.get_or_create(&OutcomeLabels { outcome });
+        }
+        let r = self
+            .registry
+            .sub_registry_with_prefix("gangscaler")
+            .sub_registry_with_prefix("tls");
+        r.register(
+            "reloads",
+            "reloads of the gRPC server's TLS certificate, key and client CA after their files changed, by outcome",
+            tls.reloads.clone(),
+        );
+        r.register_with_unit(
+            "last_reload_success_timestamp",
+            "Unix time the served TLS material was last loaded (at start, then at each successful reload)",
+            prometheus_client::registry::Unit::Seconds,
+            tls.last_reload_success.clone(),
+        );
+        r.register_with_unit(
+            "certificate_expiration_timestamp",
+            "notAfter of the served certificate, as Unix time",
+            prometheus_client::registry::Unit::Seconds,
+            tls.certificate_expiration.clone(),
+        );
+        r.register(
+            "valid",
+            "1 while the served TLS material is what the files hold, 0 while they hold a rejected change",
+            tls.valid.clone(),
+        );
+        self.tls = Some(tls);
+        self
     }
 
     /// Records one admission decision.
@@ -320,13 +468,23 @@ impl Metrics {
             .inc();
     }
 
-    /// Records one finished RPC.
-    pub fn rpc(&self, rpc: &'static str, code: &'static str, seconds: f64) {
-        self.grpc_requests
-            .get_or_create(&RpcLabels { rpc, code })
+    /// Records the start of a unary RPC.
+    pub fn rpc_started(&self, method: &'static str) {
+        self.grpc_started.get_or_create(&unary(method)).inc();
+    }
+
+    /// Records one finished unary RPC: its status code (as grpc-go spells it) and handling time.
+    pub fn rpc(&self, method: &'static str, code: &'static str, seconds: f64) {
+        self.grpc_handled
+            .get_or_create(&GrpcCodeLabels {
+                grpc_type: "unary",
+                grpc_service: GRPC_SERVICE,
+                grpc_method: method,
+                grpc_code: code,
+            })
             .inc();
-        self.grpc_duration
-            .get_or_create(&RpcMethod { rpc })
+        self.grpc_handling_seconds
+            .get_or_create(&unary(method))
             .observe(seconds);
     }
 

@@ -1,6 +1,14 @@
 //! Wiring: binds the gRPC and HTTP listeners, sets up mutual TLS (or explicit plaintext),
 //! builds the engine with its backends and runs until shutdown. `conn` accepts gRPC
-//! connections under timeouts and a limit, `tls` builds the mutual-TLS acceptor.
+//! connections under timeouts and a limit, `tls` builds the mutual-TLS configuration and
+//! reloads it when the files are rotated.
+//!
+//! **Shutdown.** When the shutdown token is cancelled (SIGTERM or Ctrl-C in `serve`),
+//! readiness turns false first ([`Condition::NotDraining`]), then the gRPC listener closes and
+//! every connection is asked to finish (HTTP/2 GOAWAY): RPCs in flight run to completion for
+//! at most `server.shutdownGracePeriod`, after which the connections still open are closed.
+//! The HTTP endpoints keep answering (`/readyz` 503 naming `shutdown`) until the gRPC server
+//! has stopped; then the background loops and watchers stop.
 //!
 //! With leader election (`leaderElection.enabled`) every replica serves gRPC and keeps its
 //! cluster view synced, but only the leader acts. A standby's engine refuses changes, its
@@ -15,10 +23,9 @@ mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::util::MapResponseLayer;
 use tracing::{error, info, warn};
@@ -29,16 +36,23 @@ use crate::config::{
 };
 use crate::engine::{self, Engine};
 use crate::grpc::{Service, status};
-use crate::http::{Endpoints, Readiness};
+use crate::http::Endpoints;
 use crate::leader::{self, Elector, KubeLeases, LeaseStore, Role};
 use crate::metrics::Metrics;
 use crate::model::BackendSpec;
 use crate::provision::Provisioner;
 use crate::provision::kwok::KwokProvisioner;
 use crate::provision::memory::MemoryProvisioner;
+use crate::readiness::{Condition, Readiness};
+
+pub use tls::{Polled, Tls};
 
 /// How often the kwok backend turns due capacity into nodes and runs its simulated attacher.
 const KWOK_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long, once the grace period is over and the remaining connections were told to
+/// close, the server waits for them before it stops regardless.
+const FORCED_CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Server start-up and run errors.
 #[derive(Debug, thiserror::Error)]
@@ -97,12 +111,13 @@ pub struct Server {
     metrics: Arc<Metrics>,
     grpc: TcpListener,
     http: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<Tls>>,
     connections: ConnectionSettings,
-    ready: Arc<AtomicBool>,
+    shutdown_grace_period: Duration,
+    tls_poll_interval: Duration,
+    readiness: Arc<Readiness>,
     kwok: Option<Arc<KwokProvisioner>>,
     watch_shutdown: CancellationToken,
-    synced: Arc<AtomicBool>,
     lifecycle: Option<crate::scaleup::Loop>,
     ha: Option<Ha>,
 }
@@ -201,14 +216,13 @@ impl Server {
         source: Option<config::Source>,
         leases: Option<Arc<dyn LeaseStore>>,
     ) -> Result<Self, Error> {
-        let metrics = Arc::new(Metrics::new());
         let election = loaded.provider.leader_election.clone();
         let settings = loaded.provider.server.clone();
         let tls = match &settings.transport {
             Transport::Tls(files) => {
                 // Unusable material is refused here, by name, rather than with a handshake
                 // error ("peer sent no certificates") on the first connection.
-                Some(tls::acceptor(files)?)
+                Some(Arc::new(Tls::load(files)?))
             }
             Transport::Plaintext { non_loopback } => {
                 if *non_loopback {
@@ -222,6 +236,18 @@ impl Server {
                 None
             }
         };
+        let metrics = match &tls {
+            Some(tls) => {
+                let metrics = Metrics::new().with_tls();
+                if let Some(m) = &metrics.tls {
+                    m.loaded(engine::now_ms(), tls.not_after(), false);
+                }
+                metrics
+            }
+            None => Metrics::new(),
+        };
+        let metrics = Arc::new(metrics);
+        let readiness = Arc::new(Readiness::new());
         let mut provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
         let k8s = &loaded.provider.kubernetes;
         let needs_kwok = loaded
@@ -263,7 +289,7 @@ impl Server {
             (Some(_), None, None) => None,
         };
         let watch_shutdown = CancellationToken::new();
-        let synced = Arc::new(AtomicBool::new(!k8s.watch));
+        readiness.set(Condition::Synced, !k8s.watch);
         let view = match (&client, k8s.watch) {
             (Some(client), true) => {
                 let view = ClusterView::start(client.clone(), &watch_shutdown)
@@ -271,10 +297,10 @@ impl Server {
                     .map_err(Error::Watch)?;
                 let view = Arc::new(view);
                 let syncing = view.clone();
-                let flag = synced.clone();
+                let flag = readiness.clone();
                 tokio::spawn(async move {
                     syncing.wait_ready().await;
-                    flag.store(true, Ordering::Release);
+                    flag.set(Condition::Synced, true);
                 });
                 Some(view)
             }
@@ -329,6 +355,8 @@ impl Server {
             (Some(e), Some(store)) => {
                 let status = leader::Status::new(&e.identity, store.describe(), metrics.clone());
                 engine = engine.with_leadership(status.clone());
+                let probe = status.clone();
+                readiness.probe(Condition::Leader, Arc::new(move || probe.not_ready()));
                 Some(status)
             }
             _ => None,
@@ -396,10 +424,11 @@ impl Server {
             http,
             tls,
             connections: settings.connections,
-            ready: Arc::new(AtomicBool::new(false)),
+            shutdown_grace_period: settings.shutdown_grace_period,
+            tls_poll_interval: settings.tls_poll_interval,
+            readiness,
             kwok,
             watch_shutdown,
-            synced,
             lifecycle,
             ha,
         })
@@ -420,7 +449,20 @@ impl Server {
         self.engine.clone()
     }
 
-    /// Serves until `shutdown` is cancelled.
+    /// The readiness conditions behind `/readyz`. Whoever owns a condition sets it here;
+    /// leader election, when on, probes [`Condition::Leader`].
+    pub fn readiness(&self) -> Arc<Readiness> {
+        self.readiness.clone()
+    }
+
+    /// The TLS configuration being served and reloaded, if the server uses TLS.
+    pub fn tls(&self) -> Option<Arc<Tls>> {
+        self.tls.clone()
+    }
+
+    /// Serves until `shutdown` is cancelled, then drains: readiness turns false, RPCs in flight
+    /// get up to `server.shutdownGracePeriod` to finish, and the connections still open after
+    /// it are closed.
     ///
     /// # Errors
     /// [`Error::Serve`] if the gRPC server fails; under leader election
@@ -430,31 +472,35 @@ impl Server {
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let grpc_addr = self.grpc_addr();
         let http_addr = self.http_addr();
-        let readiness = match &self.ha {
-            Some(ha) => {
-                let status = ha.status.clone();
-                Readiness::new().with("leader", move || status.not_ready())
-            }
-            None => Readiness::new(),
-        };
+        // Everything but the gRPC server stops once it has drained.
+        let stop = CancellationToken::new();
+        // Cancelled when the grace period is over: the connections still open are closed.
+        let force = CancellationToken::new();
         let endpoints = Endpoints {
             metrics: self.metrics.clone(),
-            ready: self.ready.clone(),
-            synced: self.synced.clone(),
+            readiness: self.readiness.clone(),
             header_timeout: self.connections.handshake_timeout,
-            readiness,
         };
-        let http_task = tokio::spawn(endpoints.serve(self.http, shutdown.clone()));
+        let http_task = tokio::spawn(endpoints.serve(self.http, stop.clone()));
+        let tls_task = self.tls.clone().map(|tls| {
+            let metrics = self.metrics.tls.clone();
+            tokio::spawn(tls.run(
+                self.tls_poll_interval,
+                metrics,
+                engine::now_ms,
+                stop.clone(),
+            ))
+        });
         // Without leader election the loops run from the start; with it, only on the leader.
         let (kwok_task, lifecycle_task, lead_task, stop_election) = match self.ha {
             None => {
                 let kwok_task = self
                     .kwok
                     .clone()
-                    .map(|kwok| spawn_kwok(kwok, self.engine.clone(), shutdown.clone()));
+                    .map(|kwok| spawn_kwok(kwok, self.engine.clone(), stop.clone()));
                 let lifecycle_task = self
                     .lifecycle
-                    .map(|lifecycle| tokio::spawn(lifecycle.run(shutdown.clone())));
+                    .map(|lifecycle| tokio::spawn(lifecycle.run(stop.clone())));
                 (kwok_task, lifecycle_task, None, None)
             }
             Some(ha) => {
@@ -480,8 +526,8 @@ impl Server {
             ));
         let tls = self.tls.is_some();
         let service = Service::new(self.engine.clone(), self.metrics.clone());
-        let incoming = conn::incoming(self.grpc, self.tls, limits, shutdown.clone());
-        self.ready.store(true, Ordering::Release);
+        let incoming = conn::incoming(self.grpc, self.tls, limits, shutdown.clone(), force.clone());
+        self.readiness.set(Condition::Serving, true);
         info!(
             grpc.address = ?grpc_addr,
             http.address = ?http_addr,
@@ -489,15 +535,53 @@ impl Server {
             connections.max = limits.max,
             connections.handshake_timeout_ms = limits.handshake_timeout.as_millis(),
             connections.idle_timeout_ms = limits.idle_timeout.as_millis(),
+            shutdown_grace_period_ms = self.shutdown_grace_period.as_millis(),
             "gangscaler serving"
         );
-        let token = shutdown.clone();
-        let result = builder
+        // Readiness turns false before tonic stops accepting and sends GOAWAY.
+        let draining = {
+            let token = shutdown.clone();
+            let readiness = self.readiness.clone();
+            let grace = self.shutdown_grace_period;
+            async move {
+                token.cancelled().await;
+                readiness.set(Condition::NotDraining, false);
+                info!(
+                    grace_period_ms = grace.as_millis(),
+                    "shutting down: not ready, draining RPCs in flight"
+                );
+            }
+        };
+        let serve = builder
             .add_service(service.into_server())
-            .serve_with_incoming_shutdown(incoming, async move { token.cancelled().await })
-            .await;
-        self.ready.store(false, Ordering::Release);
+            .serve_with_incoming_shutdown(incoming, draining);
+        tokio::pin!(serve);
+        let grace = self.shutdown_grace_period;
+        let grace_over = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(grace).await;
+        };
+        let result = tokio::select! {
+            result = &mut serve => result,
+            () = grace_over => {
+                warn!(
+                    grace_period_ms = grace.as_millis(),
+                    "shutdown grace period over: closing the connections still open"
+                );
+                force.cancel();
+                match tokio::time::timeout(FORCED_CLOSE_WAIT, &mut serve).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        warn!("connections did not close in time; stopping regardless");
+                        Ok(())
+                    }
+                }
+            }
+        };
+        self.readiness.set(Condition::Serving, false);
         shutdown.cancel();
+        force.cancel();
+        stop.cancel();
         self.watch_shutdown.cancel();
         // No RPC is in flight any more: the leader may give the Lease up (once its loops
         // have stopped, see `lead`).
@@ -505,11 +589,8 @@ impl Server {
             stop.cancel();
         }
         let _ = http_task.await;
-        if let Some(t) = kwok_task {
-            let _ = t.await;
-        }
-        if let Some(t) = lifecycle_task {
-            let _ = t.await;
+        for task in [kwok_task, lifecycle_task, tls_task].into_iter().flatten() {
+            let _ = task.await;
         }
         let led = match lead_task {
             Some(t) => t.await.map_err(|e| Error::Task("leader election", e))?,

@@ -63,6 +63,8 @@ pub fn loaded(mut groups: Vec<NodeGroupSpec>) -> Loaded {
                     non_loopback: false,
                 },
                 connections: Default::default(),
+                shutdown_grace_period: crate::config::DEFAULT_SHUTDOWN_GRACE_PERIOD,
+                tls_poll_interval: crate::config::DEFAULT_TLS_POLL_INTERVAL,
             },
             gpu_label: labels::DEFAULT_GPU_LABEL.to_owned(),
             gpu_types: None,

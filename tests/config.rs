@@ -1104,6 +1104,108 @@ fn overridden_values_are_validated_like_written_ones() {
     );
 }
 
+#[test]
+fn a_setting_variable_that_addresses_no_file_is_an_error_naming_it() {
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
+    let errs = invalid(dir.load_with_env(&[
+        // A group that has no file (a typo, or a group since removed).
+        ("GANGSCALER_NG_GPU_Z__MAX_SIZE", "7"),
+        // One underscore short of GANGSCALER__SERVER__ADDRESS.
+        ("GANGSCALER_SERVER__ADDRESS", "127.0.0.1:1"),
+    ]));
+    assert_count(&errs, 2);
+    let e = expect_error(
+        &errs,
+        "nodegroups",
+        "GANGSCALER_NG_GPU_Z__MAX_SIZE",
+        Some("\"7\""),
+    );
+    assert!(
+        e.message.contains("GPU_Z") && e.message.contains("GPU_A"),
+        "{e}"
+    );
+    assert!(!e.message.contains("  "), "one line, single spaces: {e}");
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "GANGSCALER_SERVER__ADDRESS",
+        Some("\"127.0.0.1:1\""),
+    );
+    assert!(e.message.contains("GANGSCALER__<KEY>"), "{e}");
+    assert!(!e.message.contains("  "), "one line, single spaces: {e}");
+}
+
+#[test]
+fn flag_variables_and_kubernetes_service_links_are_not_settings() {
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
+    // Without `__` a GANGSCALER_ variable is a flag's, or a service link Kubernetes injects
+    // for a Service named gangscaler: none of the configuration's business.
+    let loaded = dir
+        .load_with_env(&[
+            ("GANGSCALER_LOG", "debug"),
+            ("GANGSCALER_LOG_FORMAT", "json"),
+            ("GANGSCALER_CONFIG", "/etc/gangscaler"),
+            ("GANGSCALER_SERVICE_HOST", "10.96.0.10"),
+            ("GANGSCALER_PORT_8086_TCP", "tcp://10.96.0.10:8086"),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(group(&loaded, "gpu-a").max_size, 4);
+}
+
+#[test]
+fn a_group_whose_id_holds_a_double_dash_is_never_addressed_by_another_groups_variable() {
+    // `gpu--a` upper-cases to GPU__A, which holds the separator: a variable starting
+    // GANGSCALER_NG_GPU__A__ selects group GPU (none here), never gpu--a.
+    let dir =
+        ConfigDir::new(PROVIDER).group("gpu--a.yaml", &GPU_A.replace("id: gpu-a", "id: gpu--a"));
+    let errs = invalid(dir.load_with_env(&[("GANGSCALER_NG_GPU__A__MAX_SIZE", "7")]));
+    assert_count(&errs, 1);
+    expect_error(
+        &errs,
+        "nodegroups",
+        "GANGSCALER_NG_GPU__A__MAX_SIZE",
+        Some("\"7\""),
+    );
+}
+
+#[test]
+fn every_flag_variable_is_gangscaler_and_the_flag_name() {
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, found: &mut std::collections::BTreeSet<String>) {
+        for arg in cmd.get_arguments() {
+            let Some(env) = arg.get_env() else { continue };
+            let env = env.to_string_lossy().into_owned();
+            let long = arg
+                .get_long()
+                .unwrap_or_else(|| panic!("{env} belongs to no long flag"));
+            assert_eq!(
+                env,
+                format!("GANGSCALER_{}", long.to_uppercase().replace('-', "_")),
+                "flag --{long} of {}",
+                cmd.get_name()
+            );
+            assert!(
+                !env.contains("__"),
+                "{env}: `__` marks a configuration setting"
+            );
+            found.insert(env);
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, found);
+        }
+    }
+    let mut found = std::collections::BTreeSet::new();
+    walk(&gangscaler::cli::Cli::command(), &mut found);
+    assert_eq!(
+        found.into_iter().collect::<Vec<_>>(),
+        [
+            "GANGSCALER_CONFIG",
+            "GANGSCALER_LOG",
+            "GANGSCALER_LOG_FORMAT"
+        ]
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Unreadable and malformed files
 // ---------------------------------------------------------------------------------------------
@@ -1163,7 +1265,7 @@ fn a_missing_node_groups_directory_is_a_read_error_naming_it() {
 #[test]
 fn validate_accepts_the_shipped_examples_and_lists_the_groups() {
     let shipped = shipped_dir();
-    let out = gangscaler(&["validate", shipped.to_str().unwrap()]);
+    let out = gangscaler(&["validate", "--config", shipped.to_str().unwrap()]);
     assert!(out.status.success(), "stderr: {}", stderr(&out));
     let text = stdout(&out);
     assert!(
@@ -1173,10 +1275,50 @@ fn validate_accepts_the_shipped_examples_and_lists_the_groups() {
 }
 
 #[test]
+fn validate_takes_config_like_the_other_commands_and_the_positional_form_is_deprecated() {
+    let shipped = shipped_dir();
+    let out = gangscaler(&["validate", "--config", shipped.to_str().unwrap()]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("valid, 3 node group(s)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+
+    let out = gangscaler(&["validate", shipped.to_str().unwrap()]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("valid, 3 node group(s)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("deprecated") && stderr(&out).contains("--config"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The positional form wins, so an environment that sets GANGSCALER_CONFIG keeps working.
+    let out = gangscaler(&[
+        "validate",
+        "--config",
+        "/nonexistent",
+        shipped.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("valid, 3 node group(s)"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
 fn validate_rejects_a_bad_directory_naming_file_field_and_value() {
     let dir =
         ConfigDir::new(PROVIDER).group("gpu-a.yaml", &gpu_a_with("memory: 2048Gi", "memory: lots"));
-    let out = gangscaler(&["validate", dir.path_str()]);
+    let out = gangscaler(&["validate", "--config", dir.path_str()]);
     assert!(!out.status.success(), "stdout: {}", stdout(&out));
     let err = stderr(&out);
     assert!(err.contains("gpu-a.yaml"), "{err}");

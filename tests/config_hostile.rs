@@ -124,7 +124,7 @@ fn validate_refuses_a_400_byte_alias_bomb_in_bounded_memory() {
     let bomb = alias_bomb(9);
     assert!(bomb.len() < 400, "{} bytes", bomb.len());
     let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &bomb);
-    let out = gangscaler_bounded(&["validate", dir.path().to_str().unwrap()]);
+    let out = gangscaler_bounded(&["validate", "--config", dir.path().to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     // An allocation failure would abort without naming the file.
@@ -263,7 +263,7 @@ fn yaml_entries_that_are_not_regular_files_are_each_named() {
     assert_eq!(reasons[3].0, "pipe.yaml");
     assert!(reasons[3].1.contains("FIFO"), "{reasons:?}");
     // `validate` names every one and fails.
-    let out = gangscaler_bounded(&["validate", dir.path().to_str().unwrap()]);
+    let out = gangscaler_bounded(&["validate", "--config", dir.path().to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     for name in ["a-dir.yaml", "dangling.yaml", "loop.yml", "pipe.yaml"] {
@@ -476,7 +476,7 @@ fn a_non_loopback_metrics_address_is_a_warning_not_an_error() {
         "{}",
         warnings[0]
     );
-    let out = gangscaler_bounded(&["validate", dir.path().to_str().unwrap()]);
+    let out = gangscaler_bounded(&["validate", "--config", dir.path().to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -564,7 +564,7 @@ fn a_junk_file_lists_at_most_fifty_errors_and_counts_the_rest() {
         &format!("{}{junk}", GPU_A.replace("gpu-a", "gpu-b")),
     );
     assert_eq!(invalid(dir.load()).len(), 102);
-    let out = gangscaler_bounded(&["validate", dir.path().to_str().unwrap()]);
+    let out = gangscaler_bounded(&["validate", "--config", dir.path().to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(

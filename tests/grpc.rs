@@ -1404,17 +1404,21 @@ async fn metrics_count_requests_by_code_and_health_endpoints_answer() {
     );
 
     let m = metrics(server.http).await;
-    let rpc = |code: &str| {
-        format!("gangscaler_grpc_requests_total{{rpc=\"NodeGroupIncreaseSize\",code=\"{code}\"}}")
-    };
+    let labels = "grpc_type=\"unary\",grpc_service=\"clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider\",grpc_method=\"NodeGroupIncreaseSize\"";
+    let rpc = |code: &str| format!("grpc_server_handled_total{{{labels},grpc_code=\"{code}\"}}");
     assert_eq!(sample(&m, &rpc("FailedPrecondition")), Some(3.0), "{m}");
-    assert_eq!(sample(&m, &rpc("Ok")), Some(2.0), "{m}");
+    assert_eq!(sample(&m, &rpc("OK")), Some(2.0), "{m}");
     assert_eq!(sample(&m, &rpc("NotFound")), Some(1.0), "{m}");
     assert_eq!(sample(&m, &rpc("InvalidArgument")), None, "{m}");
     assert_eq!(
+        sample(&m, &format!("grpc_server_started_total{{{labels}}}")),
+        Some(6.0),
+        "{m}"
+    );
+    assert_eq!(
         sample(
             &m,
-            "gangscaler_grpc_request_duration_seconds_count{rpc=\"NodeGroupIncreaseSize\"}"
+            &format!("grpc_server_handling_seconds_count{{{labels}}}")
         ),
         Some(6.0),
         "{m}"

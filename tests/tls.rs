@@ -169,7 +169,7 @@ async fn served_node_groups(server: &TestServer) -> f64 {
     let m = common::metrics(server.http).await;
     sample(
         &m,
-        "gangscaler_grpc_requests_total{rpc=\"NodeGroups\",code=\"Ok\"}",
+        "grpc_server_handled_total{grpc_type=\"unary\",grpc_service=\"clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider\",grpc_method=\"NodeGroups\",grpc_code=\"OK\"}",
     )
     .unwrap_or(0.0)
 }
@@ -615,4 +615,257 @@ fn connection_settings_are_validated_with_field_paths() {
             keepalive_timeout: std::time::Duration::from_secs(5),
         }
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rotation: the files are re-read while serving; new connections use the new material.
+// ---------------------------------------------------------------------------------------------
+
+/// TLS_SERVER polling its files every 100ms.
+fn rotating_server() -> String {
+    TLS_SERVER.replace(
+        "    clientCaFile: tls/ca.crt\n",
+        "    clientCaFile: tls/ca.crt\n    pollInterval: 100ms\n",
+    )
+}
+
+/// `gangscaler_tls_reloads_total{outcome}`.
+async fn reloads(server: &TestServer, outcome: &str) -> f64 {
+    let m = common::metrics(server.http).await;
+    sample(
+        &m,
+        &format!("gangscaler_tls_reloads_total{{outcome=\"{outcome}\"}}"),
+    )
+    .unwrap_or_else(|| panic!("no {outcome} reload counter: {m}"))
+}
+
+/// Waits until `outcome` reloads reach `n`.
+async fn until_reloads(server: &TestServer, outcome: &str, n: f64) {
+    let wait = async {
+        while reloads(server, outcome).await < n {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(DEADLINE, wait)
+        .await
+        .unwrap_or_else(|_| panic!("no {n} {outcome} TLS reload(s) within {DEADLINE:?}"));
+}
+
+/// A server certificate for "localhost" and 127.0.0.1 from `ca`.
+fn server_pair(ca: &TestCa) -> Pair {
+    leaf(
+        ca,
+        "gangscaler",
+        &["localhost", "127.0.0.1"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    )
+}
+
+fn client_pair(ca: &TestCa) -> Pair {
+    leaf(
+        ca,
+        "cluster-autoscaler",
+        &[],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    )
+}
+
+#[tokio::test]
+async fn a_server_certificate_rotated_to_a_new_ca_is_served_on_new_connections_only() {
+    let pki = pki();
+    let server = start_with(&pki, &rotating_server()).await;
+    let mut established = tls_client(&server, &pki.ca, Some(&pki.client))
+        .await
+        .expect("connected before the rotation");
+    established
+        .node_groups(proto::NodeGroupsRequest {})
+        .await
+        .expect("served");
+    let m = common::metrics(server.http).await;
+    assert_eq!(sample(&m, "gangscaler_tls_valid"), Some(1.0), "{m}");
+    assert!(
+        sample(
+            &m,
+            "gangscaler_tls_certificate_expiration_timestamp_seconds"
+        )
+        .is_some_and(|t| t > 1.7e9),
+        "{m}"
+    );
+    assert!(
+        sample(&m, "gangscaler_tls_last_reload_success_timestamp_seconds")
+            .is_some_and(|t| t > 1.7e9),
+        "set at start: {m}"
+    );
+
+    let new_ca = TestCa::new("rotated server CA");
+    let rotated = server_pair(&new_ca);
+    write_files(
+        server.dir.path(),
+        &[
+            ("tls/server.crt", &rotated.cert),
+            ("tls/server.key", &rotated.key),
+        ],
+    );
+    until_reloads(&server, "success", 1.0).await;
+
+    let ids = node_groups(&server, &new_ca.pem(), Some(&pki.client))
+        .await
+        .expect("a client trusting the new CA is served");
+    assert_eq!(ids, vec!["gpu".to_owned()]);
+    let err = node_groups(&server, &pki.ca, Some(&pki.client))
+        .await
+        .expect_err("a new connection trusting only the old CA must fail");
+    assert!(err.contains("UnknownIssuer"), "{err}");
+    // The connection made before the rotation keeps its session.
+    established
+        .node_groups(proto::NodeGroupsRequest {})
+        .await
+        .expect("the established connection is still served");
+    assert_eq!(reloads(&server, "failure").await, 0.0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_rotated_client_ca_refuses_old_clients_and_accepts_new_ones_on_new_connections() {
+    let pki = pki();
+    let server = start_with(&pki, &rotating_server()).await;
+    let new_ca = TestCa::new("rotated client CA");
+    let new_client = client_pair(&new_ca);
+    let err = node_groups(&server, &pki.ca, Some(&new_client))
+        .await
+        .expect_err("not trusted yet");
+    assert!(err.contains("UnknownCA"), "{err}");
+
+    write_files(server.dir.path(), &[("tls/ca.crt", &new_ca.pem())]);
+    until_reloads(&server, "success", 1.0).await;
+
+    let ids = node_groups(&server, &pki.ca, Some(&new_client))
+        .await
+        .expect("a client of the new CA is served");
+    assert_eq!(ids, vec!["gpu".to_owned()]);
+    let err = node_groups(&server, &pki.ca, Some(&pki.client))
+        .await
+        .expect_err("a client of the old CA is refused on a new connection");
+    assert!(err.contains("UnknownCA"), "{err}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_rotation_keeps_the_old_chain_and_the_next_good_one_is_picked_up() {
+    let pki = pki();
+    let server = start_with(&pki, &rotating_server()).await;
+
+    // A key of another certificate.
+    let stranger = server_pair(&TestCa::new("stranger"));
+    write_files(server.dir.path(), &[("tls/server.key", &stranger.key)]);
+    until_reloads(&server, "failure", 1.0).await;
+    let m = common::metrics(server.http).await;
+    assert_eq!(sample(&m, "gangscaler_tls_valid"), Some(0.0), "{m}");
+    let ids = node_groups(&server, &pki.ca, Some(&pki.client))
+        .await
+        .expect("the old chain and key are still served");
+    assert_eq!(ids, vec!["gpu".to_owned()]);
+
+    // A half-written certificate (with the original key back).
+    let half = &pki.server.cert[..pki.server.cert.len() / 2];
+    write_files(
+        server.dir.path(),
+        &[
+            ("tls/server.crt", half),
+            ("tls/server.key", &pki.server.key),
+        ],
+    );
+    until_reloads(&server, "failure", 2.0).await;
+    node_groups(&server, &pki.ca, Some(&pki.client))
+        .await
+        .expect("still the old chain");
+
+    // The next good rotation is picked up.
+    let new_ca = TestCa::new("rotated server CA");
+    let rotated = server_pair(&new_ca);
+    write_files(
+        server.dir.path(),
+        &[
+            ("tls/server.crt", &rotated.cert),
+            ("tls/server.key", &rotated.key),
+        ],
+    );
+    until_reloads(&server, "success", 1.0).await;
+    node_groups(&server, &new_ca.pem(), Some(&pki.client))
+        .await
+        .expect("the good rotation is served");
+    let m = common::metrics(server.http).await;
+    assert_eq!(sample(&m, "gangscaler_tls_valid"), Some(1.0), "{m}");
+    assert_eq!(reloads(&server, "failure").await, 2.0, "{m}");
+    server.stop().await;
+}
+
+/// Lays `files` out as a Kubernetes Secret volume does: the files in a timestamped directory,
+/// `..data` a symlink to it, and each file a symlink through `..data`.
+#[cfg(unix)]
+fn secret_volume_generation(tls: &Path, generation: &str, files: &[(&str, &str)]) {
+    let dir = tls.join(generation);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    // The kubelet's atomic swap: a new link renamed over `..data`.
+    let tmp = tls.join("..data_tmp");
+    std::os::unix::fs::symlink(generation, &tmp).unwrap();
+    std::fs::rename(&tmp, tls.join("..data")).unwrap();
+    for (name, _) in files {
+        let link = tls.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{name}"), &link).unwrap();
+        }
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_secret_volume_data_symlink_swap_is_picked_up() {
+    install_crypto_provider();
+    let pki = pki();
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_files(
+        dir.path(),
+        &[
+            ("provider.yaml", &rotating_server()),
+            ("nodegroups/gpu.yaml", GROUP),
+        ],
+    );
+    let tls = dir.path().join("tls");
+    secret_volume_generation(
+        &tls,
+        "..2026_05_01_13_00_00.1",
+        &[
+            ("server.crt", &pki.server.cert),
+            ("server.key", &pki.server.key),
+            ("ca.crt", &pki.ca),
+        ],
+    );
+    let server = TestServer::start_in(dir).await;
+    node_groups(&server, &pki.ca, Some(&pki.client))
+        .await
+        .expect("served through the symlinks");
+
+    let new_ca = TestCa::new("rotated server CA");
+    let rotated = server_pair(&new_ca);
+    let tls = server.dir.path().join("tls");
+    secret_volume_generation(
+        &tls,
+        "..2026_05_01_14_00_00.2",
+        &[
+            ("server.crt", &rotated.cert),
+            ("server.key", &rotated.key),
+            ("ca.crt", &pki.ca),
+        ],
+    );
+    std::fs::remove_dir_all(tls.join("..2026_05_01_13_00_00.1")).unwrap();
+    until_reloads(&server, "success", 1.0).await;
+    node_groups(&server, &new_ca.pem(), Some(&pki.client))
+        .await
+        .expect("the swapped-in certificate is served");
+    assert_eq!(reloads(&server, "failure").await, 0.0);
+    server.stop().await;
 }

@@ -19,6 +19,11 @@ pub const ENV_PREFIX: &str = "GANGSCALER";
 /// Environment prefix for node-group overrides: `GANGSCALER_NG_<FILE_STEM>__MAX_SIZE=...`,
 /// with the file stem upper-cased and `-` written as `_`.
 pub const ENV_GROUP_PREFIX: &str = "GANGSCALER_NG_";
+/// What separates the file selector and the keys of a setting variable, and the keys from
+/// each other. A `GANGSCALER_*` name without it is a command-line flag's variable
+/// (`GANGSCALER_LOG`), or not gangscaler's at all (Kubernetes service links such as
+/// `GANGSCALER_SERVICE_HOST`), and is not read here.
+pub const ENV_SEPARATOR: &str = "__";
 
 /// Where configuration comes from: a directory and an environment.
 #[derive(Debug, Clone)]
@@ -62,7 +67,7 @@ impl Source {
     /// of every file.
     pub fn load(&self) -> Result<Loaded> {
         let provider_path = self.dir.join(PROVIDER_FILE);
-        let doc = self.read_doc(&provider_path, ENV_PREFIX)?;
+        let doc = self.read_doc(&provider_path, Some(ENV_PREFIX))?;
         let mut errs = Errors::new(&provider_path);
         let env = |name: &str| match &self.env {
             Some(map) => map.get(name).cloned(),
@@ -75,16 +80,19 @@ impl Source {
         let mut all: Vec<FieldError> = errs.into_list();
         let mut groups = Vec::new();
         let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
-        for file in self.group_files(&defaults.node_groups_dir)? {
-            let stem = file
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or_default();
-            let prefix = format!(
-                "{ENV_GROUP_PREFIX}{}",
-                stem.to_uppercase().replace('-', "_")
-            );
-            let doc = self.read_doc(&file, &prefix)?;
+        let files = self.group_files(&defaults.node_groups_dir)?;
+        let stems: Vec<String> = files.iter().map(|f| env_stem(f)).collect();
+        all.extend(self.unaddressed_overrides(&provider_path, &defaults.node_groups_dir, &stems));
+        for (file, stem) in files.iter().zip(&stems) {
+            // A stem holding the separator (an id with `--`) cannot be addressed: its
+            // variables would read as another group's.
+            let prefix = if stem.contains(ENV_SEPARATOR) {
+                None
+            } else {
+                Some(format!("{ENV_GROUP_PREFIX}{stem}"))
+            };
+            let file = file.clone();
+            let doc = self.read_doc(&file, prefix.as_deref())?;
             let mut errs = Errors::new(&file);
             let group = validate::node_group(&doc, &file, &defaults, &mut errs);
             if ha
@@ -216,7 +224,71 @@ impl Source {
         Ok(listed)
     }
 
-    fn read_doc(&self, path: &Path, env_prefix: &str) -> Result<Value> {
+    /// The environment, as (name, value or `Err` when not Unicode).
+    fn vars(&self) -> Vec<(String, std::result::Result<String, ()>)> {
+        match &self.env {
+            Some(map) => map
+                .iter()
+                .map(|(k, v)| (k.clone(), Ok(v.clone())))
+                .collect(),
+            None => std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().map_err(|_| ()))))
+                .collect(),
+        }
+    }
+
+    /// Setting variables (`GANGSCALER…__…`) that address no file: a node-group selector
+    /// naming no group of `stems`, or a selector that is neither `GANGSCALER` nor
+    /// `GANGSCALER_NG_<GROUP>` (such as `GANGSCALER_SERVER__ADDRESS`, one underscore short).
+    /// Without this check such a variable would be ignored without a word.
+    fn unaddressed_overrides(
+        &self,
+        provider: &Path,
+        groups_dir: &Path,
+        stems: &[String],
+    ) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        for (name, value) in self.vars() {
+            let upper = name.to_uppercase();
+            let Some((selector, _)) = upper.split_once(ENV_SEPARATOR) else {
+                continue;
+            };
+            if !selector.starts_with(ENV_PREFIX) || selector == ENV_PREFIX {
+                continue;
+            }
+            let value = value.ok().map(|v| super::walk::render(&Value::String(v)));
+            let (file, message) = match selector.strip_prefix(ENV_GROUP_PREFIX) {
+                Some(stem) if stems.iter().any(|s| s == stem) => continue,
+                Some(stem) => (
+                    groups_dir,
+                    format!(
+                        "environment variable addresses node group {stem}, which has no file here ({}); GANGSCALER_NG_<GROUP>__<KEY> names a group by its file name, upper-cased with `-` as `_`",
+                        if stems.is_empty() {
+                            "there are no node-group files".to_owned()
+                        } else {
+                            format!("the groups are {}", stems.join(", "))
+                        }
+                    ),
+                ),
+                None => (
+                    provider,
+                    format!(
+                        "environment variable is neither GANGSCALER__<KEY>__... (provider.yaml) nor GANGSCALER_NG_<GROUP>__<KEY>... (a node-group file): {selector} selects no file"
+                    ),
+                ),
+            };
+            errors.push(FieldError {
+                file: file.to_path_buf(),
+                field: name,
+                value,
+                message,
+            });
+        }
+        errors.sort_by(|a, b| a.field.cmp(&b.field));
+        errors
+    }
+
+    fn read_doc(&self, path: &Path, env_prefix: Option<&str>) -> Result<Value> {
         let text = yaml::read_file(path, &yaml::CONFIG).map_err(Error::from)?;
         let mut doc = yaml::config_value(&text, &yaml::CONFIG).map_err(|e| Error::Parse {
             path: path.to_path_buf(),
@@ -226,25 +298,27 @@ impl Source {
             // An empty file is an empty mapping, so its required fields are named.
             doc = Value::Object(serde_json::Map::new());
         }
-        let overrides = match &self.env {
-            Some(map) => env::overrides(
-                map.iter().map(|(k, v)| (k.clone(), Ok(v.clone()))),
-                env_prefix,
-            ),
-            None => env::overrides(
-                std::env::vars_os().filter_map(|(k, v)| {
-                    Some((k.into_string().ok()?, v.into_string().map_err(|_| ())))
-                }),
-                env_prefix,
-            ),
-        }
-        .map_err(|message| Error::Parse {
-            path: path.to_path_buf(),
-            message,
+        let Some(env_prefix) = env_prefix else {
+            return Ok(doc);
+        };
+        let overrides = env::overrides(self.vars().into_iter(), env_prefix).map_err(|message| {
+            Error::Parse {
+                path: path.to_path_buf(),
+                message,
+            }
         })?;
         env::apply(&mut doc, overrides);
         Ok(doc)
     }
+}
+
+/// The environment form of a node-group file's stem: upper-cased, `-` written as `_`.
+fn env_stem(file: &Path) -> String {
+    file.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default()
+        .to_uppercase()
+        .replace('-', "_")
 }
 
 /// One `*.yaml` entry of the node-group directory.

@@ -2,9 +2,13 @@
 //! `validate` (through [`TlsFiles::check`]) and by `serve` (which builds its acceptor from the
 //! [`TlsMaterial`] it returns), so `validate` refuses exactly what `serve` would: a certificate
 //! file with no PEM certificate, a key file with no usable private key, a key that does not
-//! belong to the certificate, a client CA that cannot be a trust anchor.
+//! belong to the certificate, a client CA that cannot be a trust anchor. `serve` watches for
+//! rotations by reading the files ([`TlsFiles::read`]) and comparing their
+//! [`TlsContents::fingerprint`], then parses exactly the bytes it compared
+//! ([`TlsFiles::parse`]).
 
 use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,6 +66,41 @@ const CERT: &str = "server.tls.certFile";
 const KEY: &str = "server.tls.keyFile";
 const CA: &str = "server.tls.clientCaFile";
 
+/// The bytes of the three TLS files as read at one moment, or why each could not be read.
+/// Symbolic links are followed, so a Kubernetes Secret volume's `..data` swap reads as new
+/// contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsContents {
+    cert: Result<Vec<u8>, String>,
+    key: Result<Vec<u8>, String>,
+    client_ca: Result<Vec<u8>, String>,
+}
+
+/// A digest of [`TlsContents`]: equal digests mean (but for a 64-bit hash collision) that
+/// nothing changed, including an unreadable file staying unreadable for the same reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsFingerprint(u64);
+
+impl TlsContents {
+    /// The digest of these contents.
+    pub fn fingerprint(&self) -> TlsFingerprint {
+        let mut h = DefaultHasher::new();
+        self.hash(&mut h);
+        TlsFingerprint(h.finish())
+    }
+}
+
+impl Hash for TlsContents {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for part in [&self.cert, &self.key, &self.client_ca] {
+            match part {
+                Ok(bytes) => (0u8, bytes).hash(state),
+                Err(why) => (1u8, why).hash(state),
+            }
+        }
+    }
+}
+
 impl TlsFiles {
     /// Reads and checks the three files: the certificate file holds at least one PEM
     /// certificate, the key file a PEM private key (PKCS#8, PKCS#1 or SEC1) of a supported
@@ -71,6 +110,23 @@ impl TlsFiles {
     /// # Errors
     /// [`TlsError`] listing every problem, each naming its setting and file.
     pub fn load(&self) -> Result<TlsMaterial, TlsError> {
+        self.parse(&self.read())
+    }
+
+    /// The three files' bytes, each at most [`MAX_TLS_FILE_BYTES`], without parsing them.
+    pub fn read(&self) -> TlsContents {
+        TlsContents {
+            cert: read(&self.cert_file),
+            key: read(&self.key_file),
+            client_ca: read(&self.client_ca_file),
+        }
+    }
+
+    /// Parses and checks `contents`, read from these files, as [`Self::load`] does.
+    ///
+    /// # Errors
+    /// [`TlsError`] listing every problem, each naming its setting and file.
+    pub fn parse(&self, contents: &TlsContents) -> Result<TlsMaterial, TlsError> {
         let mut problems = Vec::new();
         let mut problem = |field, path: &Path, message: String| {
             problems.push(TlsProblem {
@@ -79,9 +135,17 @@ impl TlsFiles {
                 message,
             });
         };
-        let certs = read(&self.cert_file).and_then(|b| certificates(&b));
+        let certs = contents
+            .cert
+            .as_deref()
+            .map_err(String::clone)
+            .and_then(certificates);
         let certs = certs.map_err(|m| problem(CERT, &self.cert_file, m)).ok();
-        let key = read(&self.key_file).and_then(|b| private_key(&b));
+        let key = contents
+            .key
+            .as_deref()
+            .map_err(String::clone)
+            .and_then(private_key);
         let key = key.map_err(|m| problem(KEY, &self.key_file, m)).ok();
         let mut matched = false;
         if let (Some(certs), Some((_, signer))) = (&certs, &key) {
@@ -107,7 +171,11 @@ impl TlsFiles {
                 ),
             }
         }
-        let roots = read(&self.client_ca_file).and_then(|b| trust_anchors(&b));
+        let roots = contents
+            .client_ca
+            .as_deref()
+            .map_err(String::clone)
+            .and_then(trust_anchors);
         let roots = roots.map_err(|m| problem(CA, &self.client_ca_file, m)).ok();
         match (certs, key, roots) {
             (Some(certs), Some((key, _)), Some(client_roots)) if matched && problems.is_empty() => {

@@ -10,8 +10,9 @@ use serde_json::Value;
 
 use super::walk::{Errors, Obj};
 use super::{
-    ConnectionSettings, KubernetesSettings, LeaderElectionSettings, LifecycleSettings,
-    ProviderSettings, ServerSettings, TlsFiles, Transport,
+    ConnectionSettings, DEFAULT_SHUTDOWN_GRACE_PERIOD, DEFAULT_TLS_POLL_INTERVAL,
+    KubernetesSettings, LeaderElectionSettings, LifecycleSettings, ProviderSettings,
+    ServerSettings, TlsFiles, Transport,
 };
 use crate::model::{
     AttachSimulation, AutoscalingOptionOverrides, BackendSpec, Capacity, ErrorCode, GpuSpec,
@@ -528,7 +529,22 @@ fn server_settings(
     let metrics_address = socket_addr(&mut s, "metricsAddress", DEFAULT_METRICS_ADDRESS, errs);
     let plaintext = s.bool("plaintext", errs).unwrap_or(false);
     let force = s.bool("allowNonLoopbackPlaintext", errs).unwrap_or(false);
+    let shutdown_grace_period = bounded_duration(
+        &mut s,
+        "shutdownGracePeriod",
+        DEFAULT_SHUTDOWN_GRACE_PERIOD,
+        SHUTDOWN_GRACE_PERIOD,
+        errs,
+    );
+    let mut tls_poll_interval = DEFAULT_TLS_POLL_INTERVAL;
     let tls = s.obj("tls", errs).and_then(|mut t| {
+        tls_poll_interval = bounded_duration(
+            &mut t,
+            "pollInterval",
+            DEFAULT_TLS_POLL_INTERVAL,
+            TLS_POLL_INTERVAL,
+            errs,
+        );
         let file = |key: &'static str, t: &mut Obj<'_>, errs: &mut Errors| -> Option<PathBuf> {
             let p = t.required_string(key, errs)?;
             let path = dir.join(&p);
@@ -620,7 +636,41 @@ fn server_settings(
         metrics_address: metrics_address?,
         transport,
         connections,
+        shutdown_grace_period,
+        tls_poll_interval,
     })
+}
+
+/// Bounds of `server.shutdownGracePeriod` (0 closes the connections at once).
+const SHUTDOWN_GRACE_PERIOD: (Duration, Duration, &str) =
+    (Duration::ZERO, Duration::from_secs(5 * 60), "from 0s to 5m");
+/// Bounds of `server.tls.pollInterval`.
+const TLS_POLL_INTERVAL: (Duration, Duration, &str) = (
+    Duration::from_millis(100),
+    Duration::from_secs(5 * 60),
+    "from 100ms to 5m",
+);
+
+/// The duration at `key` of `o`, or `default` when it is absent or invalid (reported).
+fn bounded_duration(
+    o: &mut Obj<'_>,
+    key: &'static str,
+    default: Duration,
+    (min, max, bounds): (Duration, Duration, &str),
+    errs: &mut Errors,
+) -> Duration {
+    match o.duration(key, errs) {
+        Some(d) if d >= min && d <= max => d,
+        Some(_) => {
+            errs.push(
+                &o.path(key),
+                o.raw(key),
+                format!("must be a duration {bounds}"),
+            );
+            default
+        }
+        None => default,
+    }
 }
 
 /// Bounds of `server.connections.handshakeTimeout`.

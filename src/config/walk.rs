@@ -143,6 +143,11 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// The value of a key as written, without marking the key as read (for error messages).
+    pub fn raw(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key)
+    }
+
     /// Whether the key is present with a non-null value (valid or not).
     pub fn has(&self, key: &str) -> bool {
         self.map.get(key).is_some_and(|v| !v.is_null())

@@ -49,6 +49,7 @@ impl Service {
             outcome = tracing::field::Empty,
             duration_us = tracing::field::Empty
         );
+        self.metrics.rpc_started(rpc);
         let start = Instant::now();
         let result = fut.instrument(span.clone()).await;
         let elapsed = start.elapsed();

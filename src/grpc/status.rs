@@ -69,11 +69,12 @@ const OUT_OF_RANGE: &[u8] = b"11";
 /// `Code::ResourceExhausted` on the wire.
 const RESOURCE_EXHAUSTED: &str = "8";
 
-/// A bounded metric label for a code.
+/// A bounded metric label for a code, spelt as grpc-go's `codes.Code.String()` spells it
+/// (`OK`, `Canceled`), which go-grpc-prometheus puts in `grpc_code` and gRPC dashboards match.
 pub fn code_name(code: Code) -> &'static str {
     match code {
-        Code::Ok => "Ok",
-        Code::Cancelled => "Cancelled",
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
         Code::Unknown => "Unknown",
         Code::InvalidArgument => "InvalidArgument",
         Code::DeadlineExceeded => "DeadlineExceeded",

@@ -3,7 +3,11 @@
 //! first HTTP/2 bytes that covers the TLS handshake, an idle timeout after that, and an accept
 //! loop that backs off on errors such as running out of file descriptors instead of spinning.
 //! Refusals and failed handshakes are logged, each kind at most once per [`LOG_EVERY`] with a
-//! count of the ones left out, so a flood of bad connections cannot flood the log.
+//! count of the ones left out, so a flood of bad connections cannot flood the log. Each
+//! handshake takes the TLS material served at that moment ([`Tls::acceptor`]), so a rotation
+//! applies to new connections only. A connection fails its reads and writes once the `force`
+//! token is cancelled, which is how the end of the shutdown grace period closes the
+//! connections still open.
 
 use std::future::Future;
 use std::io;
@@ -20,12 +24,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tracing::{debug, warn};
 
+use super::tls::Tls;
 use crate::config::ConnectionSettings;
 
 /// Each kind of connection refusal or failure is logged at most once per this interval.
@@ -36,25 +40,28 @@ const MIN_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Starts accepting on `listener` and returns the connections that passed the limit and the
-/// TLS handshake (when `tls` is given), for tonic's `serve_with_incoming`. Accepting stops when
-/// `shutdown` is cancelled or the returned stream is dropped.
+/// TLS handshake (when `tls` is given), for tonic's `serve_with_incoming`. Accepting stops
+/// (and the listener closes) when `shutdown` is cancelled or the returned stream is dropped;
+/// every connection handed out fails its I/O once `force` is cancelled.
 pub fn incoming(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<Tls>>,
     settings: ConnectionSettings,
     shutdown: CancellationToken,
+    force: CancellationToken,
 ) -> impl Stream<Item = Result<Conn, io::Error>> + Send + 'static {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(accept_loop(listener, tls, settings, tx, shutdown));
+    tokio::spawn(accept_loop(listener, tls, settings, tx, shutdown, force));
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|c| c.map(Ok)))
 }
 
 async fn accept_loop(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<Tls>>,
     settings: ConnectionSettings,
     tx: mpsc::UnboundedSender<Conn>,
     shutdown: CancellationToken,
+    force: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(settings.max));
     let logs = Arc::new(Logs::default());
@@ -113,9 +120,19 @@ async fn accept_loop(
             tls.clone(),
             settings,
             logs.clone(),
-            tx.clone(),
+            Handoff {
+                tx: tx.clone(),
+                force: force.clone(),
+            },
         ));
     }
+}
+
+/// Where a connection goes once its handshake is done, and what closes it at the end of the
+/// shutdown grace period.
+struct Handoff {
+    tx: mpsc::UnboundedSender<Conn>,
+    force: CancellationToken,
 }
 
 /// Accept errors that concern one connection only (it was reset before it was accepted):
@@ -135,10 +152,10 @@ async fn handshake(
     stream: TcpStream,
     peer: SocketAddr,
     permit: OwnedSemaphorePermit,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<Tls>>,
     settings: ConnectionSettings,
     logs: Arc<Logs>,
-    tx: mpsc::UnboundedSender<Conn>,
+    handoff: Handoff,
 ) {
     let deadline = Instant::now() + settings.handshake_timeout;
     let info = TcpConnectInfo {
@@ -147,7 +164,7 @@ async fn handshake(
     };
     let io = match tls {
         None => Io::Plain(stream),
-        Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+        Some(tls) => match tokio::time::timeout_at(deadline, tls.acceptor().accept(stream)).await {
             Ok(Ok(tls)) => Io::Tls(Box::new(tls)),
             Ok(Err(e)) => {
                 if let Some(suppressed) = logs.handshake_failed.ready() {
@@ -175,10 +192,13 @@ async fn handshake(
         last_read: None,
         settings,
         logs,
+        // A child token per connection: each waits on its own notifier rather than all of
+        // them on one shared lock.
+        force: Box::pin(handoff.force.child_token().cancelled_owned()),
         _permit: permit,
     };
     // A closed channel means the server is stopping: the connection is dropped (closed).
-    let _ = tx.send(conn);
+    let _ = handoff.tx.send(conn);
 }
 
 /// Rate limits of the log lines about refused and failed connections.
@@ -235,6 +255,8 @@ pub struct Conn {
     last_read: Option<Instant>,
     settings: ConnectionSettings,
     logs: Arc<Logs>,
+    /// Completes when the server stops waiting for this connection to finish.
+    force: Pin<Box<WaitForCancellationFutureOwned>>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -243,6 +265,17 @@ impl Conn {
         self.info
             .remote_addr
             .map_or_else(|| "unknown".to_owned(), |a| a.to_string())
+    }
+
+    /// `Ready` with an error once the server has stopped waiting for connections to finish.
+    fn poll_forced(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        self.force.as_mut().poll(cx).map(|()| {
+            debug!(peer = %self.peer(), "connection closed at the end of the shutdown grace period");
+            io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "server shut down: the grace period for RPCs in flight is over",
+            )
+        })
     }
 
     /// `Ready` when the connection has been silent too long; re-arms the idle deadline when
@@ -294,6 +327,9 @@ impl AsyncRead for Conn {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Poll::Ready(e) = this.poll_forced(cx) {
+            return Poll::Ready(Err(e));
+        }
         let before = buf.filled().len();
         let polled = match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
@@ -323,7 +359,11 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        if let Poll::Ready(e) = this.poll_forced(cx) {
+            return Poll::Ready(Err(e));
+        }
+        match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
@@ -334,7 +374,11 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        if let Poll::Ready(e) = this.poll_forced(cx) {
+            return Poll::Ready(Err(e));
+        }
+        match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
@@ -348,7 +392,11 @@ impl AsyncWrite for Conn {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        if let Poll::Ready(e) = this.poll_forced(cx) {
+            return Poll::Ready(Err(e));
+        }
+        match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_flush(cx),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }

@@ -11,11 +11,13 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use gangscaler::config::Source;
 use gangscaler::proto;
 use gangscaler::proto::cloud_provider_client::CloudProviderClient;
+use gangscaler::readiness::Readiness;
 use gangscaler::server::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -50,6 +52,8 @@ pub struct TestServer {
     pub grpc: SocketAddr,
     /// HTTP address (`/metrics`, `/healthz`, `/readyz`).
     pub http: SocketAddr,
+    /// The server's readiness conditions (tests set the ones a collaborator would).
+    pub readiness: Arc<Readiness>,
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), gangscaler::server::Error>>,
 }
@@ -77,15 +81,38 @@ impl TestServer {
             grpc.ip().is_loopback() && http.ip().is_loopback(),
             "{grpc} {http}"
         );
+        let readiness = server.readiness();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(server.run(shutdown.clone()));
         Self {
             dir,
             grpc,
             http,
+            readiness,
             shutdown,
             task,
         }
+    }
+
+    /// Starts the shutdown (as SIGTERM does) without waiting for it.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Whether the server task has ended.
+    pub fn stopped(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Waits up to `within` for the server to stop after [`Self::begin_shutdown`]; panics if
+    /// it is still running or failed.
+    pub async fn stopped_within(self, within: Duration) {
+        let joined = tokio::time::timeout(within, self.task)
+            .await
+            .expect("server stops within the deadline");
+        joined
+            .expect("server task did not panic")
+            .expect("server ran without error");
     }
 
     /// A new plaintext client on its own connection.
@@ -113,12 +140,7 @@ impl TestServer {
     /// Cancels the server and waits for a clean stop.
     pub async fn stop(self) {
         self.shutdown.cancel();
-        let joined = tokio::time::timeout(DEADLINE, self.task)
-            .await
-            .expect("server stops within the deadline");
-        joined
-            .expect("server task did not panic")
-            .expect("server ran without error");
+        self.stopped_within(DEADLINE).await;
     }
 }
 
