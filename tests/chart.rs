@@ -132,7 +132,7 @@ fn the_alert_rules_cover_each_slo_the_chart_documents() {
             "GangscalerBackendErrors",
             "gangscaler_provision_calls_total",
         ),
-        ("GangscalerGrpcErrors", "gangscaler_grpc_requests_total"),
+        ("GangscalerGrpcErrors", "grpc_server_handled_total"),
     ] {
         let at = rules
             .find(&format!("alert: {alert}"))
