@@ -141,7 +141,7 @@ async fn a_standby_answers_reads_refuses_changes_naming_the_leader_and_takes_ove
     let (status, body) = b.ready().await;
     assert_eq!(status, 503, "{body}");
     assert!(
-        body.contains("leader: standby (replica-b): the leader is replica-a"),
+        body.contains("[-]leader failed: standby (replica-b): the leader is replica-a"),
         "{body}"
     );
     // Reads are answered.

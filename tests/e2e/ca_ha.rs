@@ -21,7 +21,7 @@ async fn ca_scale_up_survives_kill_9_of_the_leader_and_the_standby_finishes_it_o
     let (a_http, b_http) = (s.replica_http[0], s.replica_http[1]);
     let (_, standby) = http_get(b_http, "/readyz").await.unwrap();
     assert!(
-        standby.contains("leader: standby (gangscaler-b): the leader is gangscaler-a"),
+        standby.contains("[-]leader failed: standby (gangscaler-b): the leader is gangscaler-a"),
         "{standby}"
     );
 
