@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/gangscaler/target}
+# No incremental state: it only helps edit-compile loops and grows the cache by gigabytes.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 export CARGO_TERM_COLOR=never
 step() { printf '\n==> %s\n' "$*"; }
 
