@@ -155,7 +155,7 @@ async fn every_chart_object_applies_and_gangscaler_serves_the_rendered_config_un
         root.join("nodegroups"),
         root.join("tls"),
     );
-    for d in [&config, &nodegroups, &tls] {
+    for d in [&config, &nodegroups, &tls, &root.join("audit")] {
         std::fs::create_dir_all(d).unwrap();
     }
     mount_like_kubelet(&config, config_map_data(&ha, "gangscaler-ha"));
@@ -203,7 +203,11 @@ async fn every_chart_object_applies_and_gangscaler_serves_the_rendered_config_un
         ),
         ("GANGSCALER__NODE_GROUPS_DIR", path(&nodegroups)),
         ("GANGSCALER__KUBERNETES__KUBECONFIG", path(&kubeconfig)),
-        ("GANGSCALER__AUDIT__PATH", path(&root.join("audit.jsonl"))),
+        // The HA values turn leader election on: one audit file per replica identity.
+        (
+            "GANGSCALER__AUDIT__PATH",
+            path(&root.join("audit/{identity}.jsonl")),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
