@@ -652,6 +652,22 @@ async fn until_reloads(server: &TestServer, outcome: &str, n: f64) {
 }
 
 /// A server certificate for "localhost" and 127.0.0.1 from `ca`.
+/// Rewrites the server's certificate and key with a pair from a new CA, waits for the first
+/// successful reload, and returns that CA.
+async fn rotate_server_to_new_ca(server: &TestServer) -> TestCa {
+    let new_ca = TestCa::new("rotated server CA");
+    let rotated = server_pair(&new_ca);
+    write_files(
+        server.dir.path(),
+        &[
+            ("tls/server.crt", &rotated.cert),
+            ("tls/server.key", &rotated.key),
+        ],
+    );
+    until_reloads(server, "success", 1.0).await;
+    new_ca
+}
+
 fn server_pair(ca: &TestCa) -> Pair {
     leaf(
         ca,
@@ -697,16 +713,7 @@ async fn a_server_certificate_rotated_to_a_new_ca_is_served_on_new_connections_o
         "set at start: {m}"
     );
 
-    let new_ca = TestCa::new("rotated server CA");
-    let rotated = server_pair(&new_ca);
-    write_files(
-        server.dir.path(),
-        &[
-            ("tls/server.crt", &rotated.cert),
-            ("tls/server.key", &rotated.key),
-        ],
-    );
-    until_reloads(&server, "success", 1.0).await;
+    let new_ca = rotate_server_to_new_ca(&server).await;
 
     let ids = node_groups(&server, &new_ca.pem(), Some(&pki.client))
         .await
@@ -781,16 +788,7 @@ async fn a_bad_rotation_keeps_the_old_chain_and_the_next_good_one_is_picked_up()
         .expect("still the old chain");
 
     // The next good rotation is picked up.
-    let new_ca = TestCa::new("rotated server CA");
-    let rotated = server_pair(&new_ca);
-    write_files(
-        server.dir.path(),
-        &[
-            ("tls/server.crt", &rotated.cert),
-            ("tls/server.key", &rotated.key),
-        ],
-    );
-    until_reloads(&server, "success", 1.0).await;
+    let new_ca = rotate_server_to_new_ca(&server).await;
     node_groups(&server, &new_ca.pem(), Some(&pki.client))
         .await
         .expect("the good rotation is served");

@@ -23,6 +23,18 @@ struct Inner {
     calls: u64,
 }
 
+impl Inner {
+    /// Stores `record` under the next version, as the API server does on every write, and
+    /// returns what was stored.
+    fn store(&mut self, record: &LeaseRecord) -> LeaseRecord {
+        self.version += 1;
+        let mut stored = record.clone();
+        stored.version = Some(self.version.to_string());
+        self.lease = Some(stored.clone());
+        stored
+    }
+}
+
 impl MemoryLeases {
     /// No Lease yet.
     pub fn new() -> Self {
@@ -34,11 +46,8 @@ impl MemoryLeases {
     }
 
     /// Sets the Lease as another writer would (a new version).
-    pub fn put(&self, mut record: LeaseRecord) {
-        let mut inner = self.inner();
-        inner.version += 1;
-        record.version = Some(inner.version.to_string());
-        inner.lease = Some(record);
+    pub fn put(&self, record: LeaseRecord) {
+        self.inner().store(&record);
     }
 
     /// The Lease now.
@@ -95,11 +104,7 @@ impl LeaseStore for MemoryLeases {
         if inner.lease.is_some() {
             return Err(Error::Conflict);
         }
-        inner.version += 1;
-        let mut stored = record.clone();
-        stored.version = Some(inner.version.to_string());
-        inner.lease = Some(stored.clone());
-        Ok(stored)
+        Ok(inner.store(record))
     }
 
     async fn replace(&self, record: &LeaseRecord) -> Result<LeaseRecord> {
@@ -109,10 +114,6 @@ impl LeaseStore for MemoryLeases {
         if current.is_none() || current != record.version {
             return Err(Error::Conflict);
         }
-        inner.version += 1;
-        let mut stored = record.clone();
-        stored.version = Some(inner.version.to_string());
-        inner.lease = Some(stored.clone());
-        Ok(stored)
+        Ok(inner.store(record))
     }
 }
