@@ -39,7 +39,7 @@ GANGSCALER_BIN="$CARGO_TARGET_DIR/debug/gangscaler" tests/conformance/run.sh
 step "image: static binary, FROM scratch image (buildah, no registry), validate and serve inside it as uid 65532"
 static_bin=$(scripts/image.sh | tail -n 1)
 
-step "e2e: build the control plane (Go module proxy) and cluster-autoscaler 1.36.1 + 1.34.5 (../shared sources), cached under \$HOME/.cache/gangscaler/e2e"
+step "e2e: build the control plane and the Cluster API core manager (Go module proxy) and cluster-autoscaler 1.36.1 + 1.34.5 (../shared sources), cached under \$HOME/.cache/gangscaler/e2e"
 tests/e2e/build.sh --legacy-ca
 
 step "helm lint and helm template: charts/gangscaler with default values and with the HA + cert-manager value set"

@@ -227,6 +227,9 @@ pub struct KubernetesSettings {
     pub state_config_map: String,
     /// Watch the cluster (pods, gangs, volumes) so `NodeGroupIncreaseSize` admits whole gangs.
     pub watch: bool,
+    /// Kubeconfig of the Cluster API management cluster (the clusterapi backend's
+    /// MachineDeployments and Machines); `None` means the same cluster as `kubeconfig`.
+    pub management_kubeconfig: Option<PathBuf>,
 }
 
 impl Default for KubernetesSettings {
@@ -236,6 +239,7 @@ impl Default for KubernetesSettings {
             state_namespace: "kube-system".to_owned(),
             state_config_map: "gangscaler-state".to_owned(),
             watch: false,
+            management_kubeconfig: None,
         }
     }
 }

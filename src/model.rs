@@ -17,7 +17,7 @@ pub use gang::{
 pub use instance::{ErrorClass, ErrorCode, Instance, InstanceError, InstanceState};
 pub use node_group::{
     AttachSimulation, AutoscalingOptionOverrides, AutoscalingOptions, BackendSpec, Capacity,
-    GpuSpec, KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec, RdmaSpec,
-    SimulatedFailure, Taint, TaintEffect, millis,
+    ClusterApiBackendSpec, GpuSpec, KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec,
+    RdmaSpec, SimulatedFailure, Taint, TaintEffect, millis,
 };
 pub use template::TemplateNode;

@@ -3,6 +3,8 @@
 //! changes the size, so concurrent calls never lose updates or overshoot).
 //! Depends on `model`, plus `config` and `cluster`'s object readers for the kwok backend.
 
+pub mod capi_types;
+pub mod clusterapi;
 pub mod kwok;
 pub mod memory;
 
@@ -105,6 +107,66 @@ impl Error {
             Self::Backend { .. } => "backend",
         }
     }
+}
+
+/// Whether `e` says the API server could not be reached or cannot serve now (as opposed to
+/// refusing the request).
+pub(crate) fn unreachable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
+/// A Kubernetes API error of a backend, while doing `what` for `group`: [`Error::Unreachable`]
+/// when retrying later may help, else [`Error::Backend`].
+pub(crate) fn kube_error(
+    group: &NodeGroupId,
+    backend: &'static str,
+    what: &str,
+    e: &kube::Error,
+) -> Error {
+    let (group, message) = (group.clone(), format!("{what}: {e}"));
+    if unreachable(e) {
+        Error::Unreachable {
+            group,
+            backend,
+            message,
+        }
+    } else {
+        Error::Backend {
+            group,
+            backend,
+            message,
+        }
+    }
+}
+
+/// Builds a Kubernetes client from `kubeconfig`, else the usual inference (`KUBECONFIG`,
+/// `~/.kube/config`, in-cluster).
+///
+/// # Errors
+/// When no usable configuration is found.
+pub async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<kube::Client, kube::Error> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig =
+                kube::config::Kubeconfig::read_from(path).map_err(kube::Error::InferKubeconfig)?;
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(kube::Error::InferKubeconfig)?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(kube::Error::InferConfig)?,
+    };
+    kube::Client::try_from(config)
 }
 
 /// Result alias for this module.

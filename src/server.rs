@@ -41,6 +41,7 @@ use crate::leader::{self, Elector, KubeLeases, LeaseStore, Role};
 use crate::metrics::Metrics;
 use crate::model::BackendSpec;
 use crate::provision::Provisioner;
+use crate::provision::clusterapi::ClusterApiProvisioner;
 use crate::provision::kwok::KwokProvisioner;
 use crate::provision::memory::MemoryProvisioner;
 use crate::readiness::{Condition, Readiness};
@@ -84,6 +85,9 @@ pub enum Error {
     /// The engine could not start.
     #[error("starting the engine")]
     Engine(#[source] engine::Error),
+    /// The Kubernetes client for the Cluster API management cluster could not be built.
+    #[error("connecting to the Cluster API management cluster")]
+    ClusterApi(#[source] kube::Error),
     /// The Kubernetes client for the kwok backend could not be built.
     #[error("connecting to Kubernetes for the kwok backend")]
     Kubernetes(#[source] kube::Error),
@@ -278,6 +282,20 @@ impl Server {
             }
             _ => None,
         };
+        if loaded
+            .groups
+            .iter()
+            .any(|g| matches!(g.backend, BackendSpec::ClusterApi(_)))
+        {
+            let management = k8s
+                .management_kubeconfig
+                .as_deref()
+                .or(k8s.kubeconfig.as_deref());
+            let client = crate::provision::kube_client(management)
+                .await
+                .map_err(Error::ClusterApi)?;
+            provisioners.push(Arc::new(ClusterApiProvisioner::new(client)));
+        }
         let ha_store: Option<Arc<dyn LeaseStore>> = match (&election, leases, &client) {
             (None, _, _) => None,
             (Some(_), Some(store), _) => Some(store),

@@ -657,7 +657,10 @@ fn an_unknown_backend_type_is_reported() {
     let errs = dir.errors();
     assert_count(&errs, 1);
     let e = expect_error(&errs, "gpu-a.yaml", "backend.type", Some("\"aws\""));
-    assert!(e.message.contains("supported: memory, kwok"), "{e}");
+    assert!(
+        e.message.contains("supported: memory, kwok, clusterapi"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -1421,6 +1424,95 @@ fn template_of_a_group_without_capacity_explains_why() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 9a. The clusterapi backend
+
+#[test]
+fn a_clusterapi_group_names_its_machine_deployment_and_the_management_kubeconfig_is_read() {
+    let provider = format!(
+        "{PROVIDER}kubernetes: {{kubeconfig: kube/workload, managementKubeconfig: kube/management}}\n"
+    );
+    let dir = ConfigDir::new(&provider).group(
+        "gpu-a.yaml",
+        &gpu_a_plus("backend: {type: clusterapi, machineDeployment: {namespace: fleet, name: h100.pool-a}}\n"),
+    );
+    let loaded = dir.load().expect("valid clusterapi config");
+    let BackendSpec::ClusterApi(capi) = &loaded.groups[0].backend else {
+        panic!(
+            "gpu-a should use the clusterapi backend: {:?}",
+            loaded.groups[0].backend
+        );
+    };
+    assert_eq!(
+        (capi.namespace.as_str(), capi.name.as_str()),
+        ("fleet", "h100.pool-a")
+    );
+    assert_eq!(loaded.groups[0].backend.kind(), "clusterapi");
+    assert_eq!(
+        loaded.provider.kubernetes.management_kubeconfig.as_deref(),
+        Some(dir.path().join("kube/management").as_path())
+    );
+}
+
+#[test]
+fn a_clusterapi_group_without_its_machine_deployment_or_capacity_or_with_bad_names_is_reported() {
+    let without_capacity = GPU_A
+        .split("capacity:")
+        .next()
+        .expect("GPU_A has a capacity section")
+        .to_owned();
+    let errs = ConfigDir::new(PROVIDER)
+        .group(
+            "gpu-a.yaml",
+            &format!("{without_capacity}backend: {{type: clusterapi}}\n"),
+        )
+        .errors();
+    assert_count(&errs, 2);
+    let e = expect_error(&errs, "gpu-a.yaml", "backend.machineDeployment", None);
+    assert!(e.message.contains("{namespace, name}"), "{e}");
+    let e = expect_error(&errs, "gpu-a.yaml", "capacity", None);
+    assert!(e.message.contains("clusterapi backend"), "{e}");
+
+    let errs = ConfigDir::new(PROVIDER)
+        .group(
+            "gpu-a.yaml",
+            &gpu_a_plus("backend: {type: clusterapi, machineDeployment: {namespace: Fleet_A, name: \"-bad\", replicas: 3}}\n"),
+        )
+        .errors();
+    assert_count(&errs, 3);
+    expect_error(
+        &errs,
+        "gpu-a.yaml",
+        "backend.machineDeployment.namespace",
+        Some("\"Fleet_A\""),
+    );
+    expect_error(
+        &errs,
+        "gpu-a.yaml",
+        "backend.machineDeployment.name",
+        Some("\"-bad\""),
+    );
+    expect_error(
+        &errs,
+        "gpu-a.yaml",
+        "backend.machineDeployment.replicas",
+        Some("3"),
+    );
+
+    let errs = ConfigDir::new(PROVIDER)
+        .group(
+            "gpu-a.yaml",
+            &gpu_a_plus("backend: {type: clusterapi, machineDeployment: {name: pool}}\n"),
+        )
+        .errors();
+    assert_count(&errs, 1);
+    expect_error(
+        &errs,
+        "gpu-a.yaml",
+        "backend.machineDeployment.namespace",
+        None,
+    );
+}
+
 // 9. The kwok backend and the kubernetes section
 // ---------------------------------------------------------------------------------------------
 

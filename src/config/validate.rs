@@ -15,9 +15,9 @@ use super::{
     ServerSettings, TlsFiles, Transport,
 };
 use crate::model::{
-    AttachSimulation, AutoscalingOptionOverrides, BackendSpec, Capacity, ErrorCode, GpuSpec,
-    KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec, RdmaSpec, SimulatedFailure,
-    Taint, TaintEffect, labels,
+    AttachSimulation, AutoscalingOptionOverrides, BackendSpec, Capacity, ClusterApiBackendSpec,
+    ErrorCode, GpuSpec, KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec, RdmaSpec,
+    SimulatedFailure, Taint, TaintEffect, labels,
 };
 
 /// Defaults from the provider file that node groups inherit.
@@ -508,9 +508,11 @@ fn kubernetes_settings(mut k: Obj<'_>, dir: &Path, errs: &mut Errors) -> Kuberne
         );
     }
     let watch = k.bool("watch", errs).unwrap_or(false);
+    let management_kubeconfig = k.string("managementKubeconfig", errs).map(|p| dir.join(p));
     k.finish(errs);
     KubernetesSettings {
         kubeconfig,
+        management_kubeconfig,
         state_namespace,
         state_config_map,
         watch,
@@ -939,6 +941,20 @@ pub fn node_group(
             "is required by the kwok backend, which creates Node objects from the template",
         );
     }
+    // Judged from the type as written, so a clusterapi group whose backend has another
+    // mistake still hears about its missing capacity.
+    let clusterapi = g
+        .raw("backend")
+        .and_then(|b| b.get("type"))
+        .and_then(Value::as_str)
+        == Some("clusterapi");
+    if clusterapi && capacity.is_none() && !g.has("capacity") {
+        errs.push(
+            "capacity",
+            None,
+            "is required by the clusterapi backend: it is the template node CA plans with before a Machine exists",
+        );
+    }
     if let Some(BackendSpec::Kwok(k)) = &backend
         && !k.device_delay.is_zero()
         && rdma.is_none()
@@ -1160,11 +1176,48 @@ fn backend(mut o: Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
                 attach,
             }))
         }
+        "clusterapi" => {
+            let md = o.obj("machineDeployment", errs);
+            if md.is_none() && !o.has("machineDeployment") {
+                errs.push(
+                    &o.path("machineDeployment"),
+                    None,
+                    "is required by the clusterapi backend: {namespace, name} of the MachineDeployment the group scales",
+                );
+            }
+            md.and_then(|mut m| {
+                let namespace = m.string("namespace", errs);
+                let name = m.string("name", errs);
+                for (field, value, check) in [
+                    (
+                        "namespace",
+                        &namespace,
+                        check_dns_label as fn(&str) -> Result<(), String>,
+                    ),
+                    ("name", &name, check_dns_subdomain),
+                ] {
+                    match value {
+                        None if !m.has(field) => errs.push(&m.path(field), None, "is required"),
+                        Some(v) => {
+                            if let Err(e) = check(v) {
+                                errs.push(&m.path(field), Some(&Value::String(v.clone())), e);
+                            }
+                        }
+                        None => {}
+                    }
+                }
+                m.finish(errs);
+                Some(BackendSpec::ClusterApi(ClusterApiBackendSpec {
+                    namespace: namespace?,
+                    name: name?,
+                }))
+            })
+        }
         other => {
             errs.push(
                 &o.path("type"),
                 Some(&Value::String(other.to_owned())),
-                "unknown backend; supported: memory, kwok",
+                "unknown backend; supported: memory, kwok, clusterapi",
             );
             // The other keys cannot be judged without a known type: reporting them as
             // unknown fields would bury the one real mistake.

@@ -190,6 +190,16 @@ pub fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Settings of the Cluster API backend: the group is one MachineDeployment of the management
+/// cluster, scaled through its scale subresource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClusterApiBackendSpec {
+    /// The MachineDeployment's namespace.
+    pub namespace: String,
+    /// The MachineDeployment's name.
+    pub name: String,
+}
+
 /// Which provisioning backend serves a group, with its settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
@@ -198,6 +208,9 @@ pub enum BackendSpec {
     Memory(MemoryBackendSpec),
     /// Kubernetes Node objects simulated by kwok.
     Kwok(KwokBackendSpec),
+    /// A Cluster API MachineDeployment.
+    #[serde(rename = "clusterapi")]
+    ClusterApi(ClusterApiBackendSpec),
 }
 
 impl BackendSpec {
@@ -206,6 +219,7 @@ impl BackendSpec {
         match self {
             Self::Memory(_) => "memory",
             Self::Kwok(_) => "kwok",
+            Self::ClusterApi(_) => "clusterapi",
         }
     }
 }

@@ -216,20 +216,10 @@ fn random_suffix() -> String {
     s
 }
 
-/// Whether `e` says the API server could not be reached or cannot serve now (as opposed to
-/// refusing the request).
-fn unreachable(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
-        _ => false,
-    }
-}
-
 fn spec(group: &NodeGroupSpec) -> KwokBackendSpec {
     match &group.backend {
         BackendSpec::Kwok(k) => k.clone(),
-        BackendSpec::Memory(_) => KwokBackendSpec {
+        BackendSpec::Memory(_) | BackendSpec::ClusterApi(_) => KwokBackendSpec {
             provision_delay: Duration::ZERO,
             provision_stagger: Duration::ZERO,
             device_delay: Duration::ZERO,
@@ -333,39 +323,11 @@ impl KwokProvisioner {
     /// # Errors
     /// When no usable configuration is found.
     pub async fn client(settings: &KubernetesSettings) -> Result<kube::Client, kube::Error> {
-        let config = match &settings.kubeconfig {
-            Some(path) => {
-                let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                    .map_err(kube::Error::InferKubeconfig)?;
-                kube::Config::from_custom_kubeconfig(
-                    kubeconfig,
-                    &kube::config::KubeConfigOptions::default(),
-                )
-                .await
-                .map_err(kube::Error::InferKubeconfig)?
-            }
-            None => kube::Config::infer()
-                .await
-                .map_err(kube::Error::InferConfig)?,
-        };
-        kube::Client::try_from(config)
+        super::kube_client(settings.kubeconfig.as_deref()).await
     }
 
     fn backend_error(group: &NodeGroupId, what: &str, e: &kube::Error) -> Error {
-        let (group, backend, message) = (group.clone(), "kwok", format!("{what}: {e}"));
-        if unreachable(e) {
-            Error::Unreachable {
-                group,
-                backend,
-                message,
-            }
-        } else {
-            Error::Backend {
-                group,
-                backend,
-                message,
-            }
-        }
+        super::kube_error(group, "kwok", what, e)
     }
 
     fn state_api(&self) -> Api<ConfigMap> {
@@ -1182,6 +1144,7 @@ impl KwokProvisioner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provision::unreachable;
 
     /// A backend whose API server is a closed loopback port: every request fails to connect.
     fn unreachable_backend() -> KwokProvisioner {

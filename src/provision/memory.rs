@@ -61,7 +61,7 @@ pub struct MemoryProvisioner {
 fn settings(group: &NodeGroupSpec) -> MemoryBackendSpec {
     match &group.backend {
         BackendSpec::Memory(m) => m.clone(),
-        BackendSpec::Kwok(_) => MemoryBackendSpec {
+        BackendSpec::Kwok(_) | BackendSpec::ClusterApi(_) => MemoryBackendSpec {
             create_delay: std::time::Duration::ZERO,
             provision_delay: std::time::Duration::ZERO,
             failure: None,

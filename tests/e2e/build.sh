@@ -5,6 +5,7 @@
 #   $HOME/.cache/gangscaler/e2e/kwok-<version>/kwok
 #   $HOME/.cache/gangscaler/e2e/ca-<version>/cluster-autoscaler
 #   $HOME/.cache/gangscaler/e2e/helm-<version>/helm
+#   $HOME/.cache/gangscaler/e2e/capi-<version>/manager   (Cluster API core controllers)
 # The control plane, etcd, kwok and helm come from the Go module proxy. The Go module proxy refuses
 # k8s.io/autoscaler/cluster-autoscaler, so the real cluster-autoscaler is built from the
 # upstream sources in ../shared/cluster-autoscaler/<version> (trimmed to the externalgrpc
@@ -127,9 +128,25 @@ build_ca() {
   echo "$out"
 }
 
+# The Cluster API core manager (v1beta2 API), from the pinned wrapper module in tools/capi
+# (its go.mod replaces sigs.k8s.io/cluster-api/api, which upstream points at a local path).
+# The harness reads the CRDs from the module source (core/config/crd/bases), so the module is
+# downloaded even when the binary is cached.
+build_capi() {
+  local out="$cache/capi-$CAPI_VERSION"
+  (cd "$here/tools/capi" && go mod download "sigs.k8s.io/cluster-api@$CAPI_VERSION")
+  if [ -x "$out/manager" ]; then echo "$out"; return; fi
+  log "building the Cluster API core manager $CAPI_VERSION (cold: about 4 min on 2 cores)"
+  mkdir -p "$out.tmp"
+  (cd "$here/tools/capi" && go build -mod=readonly -trimpath -ldflags "-s -w" -o "$out.tmp/manager" sigs.k8s.io/cluster-api/core)
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  echo "$out"
+}
+
 build_etcd
 build_kwok
 build_helm
+build_capi
 build_k8s
 build_ca "$ca_version"
 if [ "$legacy" = 1 ]; then build_ca "$CA_LEGACY"; fi

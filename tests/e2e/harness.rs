@@ -47,6 +47,8 @@ pub struct Versions {
     pub kwok: String,
     /// `v3.22.0`.
     pub helm: String,
+    /// The Cluster API core release, e.g. `v1.14.2`.
+    pub capi: String,
 }
 
 fn repo() -> PathBuf {
@@ -77,6 +79,7 @@ impl Versions {
             etcd: var("ETCD_VERSION"),
             kwok: var("KWOK_VERSION"),
             helm: var("HELM_VERSION"),
+            capi: var("CAPI_VERSION"),
         }
     }
 
@@ -101,6 +104,11 @@ impl Versions {
     /// The helm binary (renders `charts/gangscaler`).
     pub fn helm_bin(&self) -> PathBuf {
         self.cached(&format!("helm-{}", self.helm), "helm")
+    }
+
+    /// The Cluster API core manager.
+    pub fn capi_bin(&self) -> PathBuf {
+        self.cached(&format!("capi-{}", self.capi), "manager")
     }
 
     /// The cluster-autoscaler binary of release `version`.

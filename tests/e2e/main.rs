@@ -26,10 +26,12 @@
 mod common;
 
 mod alone;
+mod ca_capi;
 mod ca_ha;
 mod ca_lifecycle;
 mod ca_scaleup;
 mod ca_wire;
+mod capi;
 mod chart;
 mod deploy;
 mod harness;

@@ -15,11 +15,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use rcgen::ExtendedKeyUsagePurpose;
 
-use super::chart;
 use super::harness::{
     self, Autoscaler, AutoscalerSpec, Cluster, Forwarder, Proc, TestCa, Transport, Versions,
     eventually, free_port, write,
 };
+use super::{capi, chart};
 use super::{create_dynamic, start_gangscaler, start_gangscaler_with_env};
 
 /// The GPU resource of every group and member.
@@ -45,6 +45,11 @@ pub struct Group {
     pub backend: String,
     /// Extra top-level lines of the node-group file.
     pub extra: String,
+    /// Backed by a Cluster API MachineDeployment of this name (in [`capi::NAMESPACE`]) instead
+    /// of kwok; `backend` is then unused.
+    pub capi: bool,
+    /// With `capi`: `(reason, message)` every machine of the group fails with.
+    pub capi_failure: Option<(String, String)>,
 }
 
 impl Group {
@@ -56,7 +61,25 @@ impl Group {
             csi_limit: None,
             backend: format!("provisionDelay: {PROVISION_DELAY}"),
             extra: String::new(),
+            capi: false,
+            capi_failure: None,
         }
+    }
+
+    /// A group `id` with max `max` on the clusterapi backend: MachineDeployment `id`, whose
+    /// machines the stand-in provider boots in [`capi::BOOT_DELAY`].
+    pub fn capi(id: &str, max: u32) -> Self {
+        Self {
+            capi: true,
+            ..Self::new(id, max)
+        }
+    }
+
+    /// With `capi`: every machine fails with Cluster API failure `reason` and `message`.
+    #[must_use]
+    pub fn failing(mut self, reason: &str, message: &str) -> Self {
+        self.capi_failure = Some((reason.to_owned(), message.to_owned()));
+        self
     }
 
     /// With a CSI attach limit of `n` volumes per node.
@@ -85,15 +108,23 @@ impl Group {
             .csi_limit
             .map(|n| format!("csi: {{{DRIVER}: {n}}}\n"))
             .unwrap_or_default();
+        let backend = if self.capi {
+            format!(
+                "type: clusterapi, machineDeployment: {{namespace: {ns}, name: {id}}}",
+                ns = capi::NAMESPACE,
+                id = self.id
+            )
+        } else {
+            format!("type: kwok, {}", self.backend)
+        };
         format!(
             "id: {id}\nminSize: 0\nmaxSize: {max}\ninstanceType: p5.48xlarge\nregion: local\nzone: local-a\n\
              capacity: {{cpu: \"192\", memory: 2048Gi, ephemeralStorage: 7600Gi, pods: 110}}\n\
              gpu: {{count: {GPUS_PER_NODE}, product: NVIDIA-H100-80GB-HBM3, memory: 81559Mi}}\n\
              taints: [{{key: {GPU}, value: present, effect: NoSchedule}}]\n{csi}\
-             backend: {{type: kwok, {backend}}}\n{extra}\n",
+             backend: {{{backend}}}\n{extra}\n",
             id = self.id,
             max = self.max,
-            backend = self.backend,
             extra = self.extra,
         )
     }
@@ -223,6 +254,13 @@ pub struct Scenario {
     /// The chart as applied; gangscaler runs with its ServiceAccount.
     pub chart: chart::Installed,
     gangscaler_starts: u32,
+    /// Cluster API and the stand-in provider, when a group is on the clusterapi backend
+    /// (stopped before the control plane).
+    #[allow(
+        dead_code,
+        reason = "held for its Drop, which stops Cluster API before the control plane"
+    )]
+    pub capi: Option<capi::Capi>,
     /// The control plane.
     pub cluster: Cluster,
 }
@@ -326,6 +364,30 @@ impl Scenario {
                 lifecycle = setup.lifecycle,
             ),
         );
+        let capi_groups: Vec<&Group> = setup.groups.iter().filter(|g| g.capi).collect();
+        let capi = if capi_groups.is_empty() {
+            None
+        } else {
+            let loaded = gangscaler::config::Source::new(&config)
+                .load()
+                .expect("the scenario's configuration loads");
+            let machine_groups: Vec<capi::MachineGroup> = capi_groups
+                .iter()
+                .map(|g| {
+                    let spec = loaded
+                        .groups
+                        .iter()
+                        .find(|s| s.id.as_str() == g.id)
+                        .expect("the group is loaded");
+                    let mg = capi::MachineGroup::from_template(spec, &loaded.provider.gpu_label);
+                    match &g.capi_failure {
+                        Some((reason, message)) => mg.failing(reason, message),
+                        None => mg,
+                    }
+                })
+                .collect();
+            Some(capi::Capi::start(&cluster, &client, &machine_groups).await)
+        };
         let ready = |addr: SocketAddr| async move {
             harness::http_get(addr, "/readyz")
                 .await
@@ -415,6 +477,7 @@ impl Scenario {
             setup,
             chart: installed,
             gangscaler_starts: 1,
+            capi,
             cluster,
         }
     }
@@ -429,6 +492,21 @@ impl Scenario {
         self.gangscaler_starts += 1;
         let name = format!("gangscaler-{}", self.gangscaler_starts);
         self.gangscaler = start_gangscaler(&self.cluster, &self.config, self.metrics.port(), &name);
+    }
+
+    /// The lines of every gangscaler log of this scenario (all starts) that contain `needle`.
+    pub fn gangscaler_log_lines(&self, needle: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for i in 1..=self.gangscaler_starts {
+            let path = self.cluster.dir.join(format!("gangscaler-{i}.log"));
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            out.extend(
+                text.lines()
+                    .filter(|l| l.contains(needle))
+                    .map(str::to_owned),
+            );
+        }
+        out
     }
 
     /// Rewrites node group `group`'s file (picked up at CA's next Refresh).
