@@ -3,7 +3,6 @@
 //! CA-driven scale-up; the standby takes the Lease, resumes the open scale-up from the first
 //! leader's audit log, creates the nodes, and CA carries on until the gang runs whole.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gangscaler::audit::{Event, Outcome, read_files};
@@ -11,7 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 
 use super::harness::{eventually, http_get, metric_value};
-use super::scenario::{GangSpec, Group, Scenario, Setup};
+use super::scenario::{GangSpec, Group, Scenario, Setup, audit_report};
 
 #[tokio::test]
 #[ignore = "needs e2e binaries: tests/e2e/build.sh"]
@@ -125,17 +124,7 @@ async fn ca_scale_up_survives_kill_9_of_the_leader_and_the_standby_finishes_it_o
     assert!(b_log.iter().all(|r| !matches!(r.event, Event::Decision(_))));
 
     // `audit report` over the directory: one answer.
-    let out = Command::new(env!("CARGO_BIN_EXE_gangscaler"))
-        .args(["audit", "report", "--output", "json"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = audit_report(&dir);
     assert_eq!(report["overall"]["outcomes"]["succeeded"], 1, "{report:#}");
     assert_eq!(report["overall"]["formation"]["count"], 1, "{report:#}");
     assert_eq!(report["overall"]["open"], 0, "{report:#}");

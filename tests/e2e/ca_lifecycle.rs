@@ -5,7 +5,6 @@
 //! records).
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gangscaler::audit::{Event, Outcome, Phase, Verdict};
@@ -16,7 +15,7 @@ use kube::api::{Api, ListParams};
 use super::ca_scaleup::assert_ca_made_the_calls;
 use super::harness::{eventually, klog_day_seconds, metric_value};
 use super::scenario::{
-    DRIVER, GangSpec, Group, Row, Scenario, Setup, create_gang, create_priority_class,
+    DRIVER, GangSpec, Group, Row, Scenario, Setup, audit_report, create_gang, create_priority_class,
 };
 use super::{create_dynamic, gang_event};
 
@@ -471,17 +470,7 @@ async fn ca_driven_scale_up_survives_kill_9_and_the_accounting_agrees_with_the_r
             .contains("attachFailed")
     );
     // `gangscaler audit report` agrees with the records.
-    let out = Command::new(env!("CARGO_BIN_EXE_gangscaler"))
-        .args(["audit", "report", "--output", "json"])
-        .arg(&s.audit)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = audit_report(&s.audit);
     let overall = &report["overall"];
     assert_eq!(overall["outcomes"]["succeeded"], 1, "{report:#}");
     assert_eq!(overall["outcomes"]["attachFailed"], 1, "{report:#}");

@@ -672,6 +672,22 @@ impl Scenario {
     }
 }
 
+/// `gangscaler audit report --output json <path>` (a log file or a directory of them), parsed.
+pub fn audit_report(path: &Path) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gangscaler"))
+        .args(["audit", "report", "--output", "json"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "audit report of {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Creates a gang per `spec` in gang API `api`: its volumes, gang object and members. Returns
 /// when it was created.
 pub async fn create_gang(client: &kube::Client, api: &str, spec: &GangSpec) -> Instant {
