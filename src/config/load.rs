@@ -102,7 +102,7 @@ impl Source {
                 errs.push(
                     "backend.type",
                     Some(&Value::String("memory".to_owned())),
-                    "the memory backend keeps its state inside one process, so each replica would have its own: with leaderElection.enabled use a backend whose state lives in the cluster (kwok)",
+                    "the memory backend keeps its state inside one process, so each replica would have its own: with leaderElection.enabled use a backend whose state lives in the cluster (kwok, clusterapi)",
                 );
             }
             if let Some(g) = &group

@@ -472,6 +472,8 @@ impl Provisioner for ClusterApiProvisioner {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
+        // New groups may own nodes the index has not seen: the next unknown node re-lists.
+        *self.relisted.lock().await = None;
         let mut seen = BTreeSet::new();
         for g in groups {
             let spec = Self::spec(g)?;
@@ -837,6 +839,64 @@ mod tests {
             "{drift:?}"
         );
         assert!(capacity_drift(&BTreeMap::new(), &group).is_empty());
+    }
+
+    fn capi_group(id: &str, md: &str) -> NodeGroupSpec {
+        let mut g = crate::testing::group(id, 0, 4);
+        g.backend = BackendSpec::ClusterApi(ClusterApiBackendSpec {
+            namespace: "fleet".into(),
+            name: md.into(),
+        });
+        g
+    }
+
+    /// A backend whose API server is a closed loopback port.
+    fn unreachable_backend() -> ClusterApiProvisioner {
+        let url: hyper::Uri = "http://127.0.0.1:1".parse().unwrap();
+        ClusterApiProvisioner::new(kube::Client::try_from(kube::Config::new(url)).unwrap())
+    }
+
+    #[tokio::test]
+    async fn two_groups_on_one_machine_deployment_are_refused_before_any_call() {
+        let p = unreachable_backend();
+        let err = p
+            .sync_groups(&[capi_group("a", "pool"), capi_group("b", "pool")])
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("MachineDeployment fleet/pool already backs another group"),
+            "{err}"
+        );
+        // An unreachable management cluster is not fatal at start; calls say what failed.
+        p.sync_groups(&[capi_group("a", "pool")]).await.unwrap();
+        let err = p.target_size(&capi_group("a", "pool")).await.unwrap_err();
+        assert_eq!(err.kind(), "unreachable", "{err}");
+        assert!(
+            err.to_string().contains("MachineDeployment fleet/pool"),
+            "{err}"
+        );
+        let err = p.increase(&capi_group("a", "pool"), 1).await.unwrap_err();
+        assert_eq!(err.kind(), "unreachable", "{err}");
+        // A node nobody knows is in no group, even when re-listing fails.
+        let none = p
+            .lookup(&NodeRef {
+                provider_id: "aws:///i-1".into(),
+                name: "n".into(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(none, None);
+    }
+
+    #[tokio::test]
+    async fn a_group_of_another_backend_is_an_error_not_a_panic() {
+        let p = unreachable_backend();
+        let err = p
+            .target_size(&crate::testing::group("m", 0, 1))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("not clusterapi"), "{err}");
     }
 
     #[test]

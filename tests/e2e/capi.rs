@@ -199,6 +199,36 @@ fn yaml_docs(path: &Path) -> Vec<Value> {
     docs.into_iter().filter(Value::is_object).collect()
 }
 
+/// Applies Cluster API's CRDs (from the module source `build.sh` downloaded) and the
+/// stand-in's, waits until they are established, and creates [`NAMESPACE`].
+pub async fn install_crds(client: &kube::Client) {
+    let crd_dir = capi_crd_dir(&Versions::load().capi);
+    let mut crds = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&crd_dir)
+        .unwrap_or_else(|e| {
+            panic!(
+                "reading {}: {e} (run tests/e2e/build.sh)",
+                crd_dir.display()
+            )
+        })
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    for f in &files {
+        crds.extend(yaml_docs(f));
+    }
+    crds.extend(yaml_docs(&repo().join("tests/e2e/capi/standin-crds.yaml")));
+    apply_crds(client, crds).await;
+    let ns: Api<Namespace> = Api::all(client.clone());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
 impl Capi {
     /// Installs Cluster API's CRDs and the stand-in's, starts the core manager and the
     /// stand-in, creates the Cluster (with one control-plane Machine, so that Cluster API
@@ -206,32 +236,7 @@ impl Capi {
     /// group at 0 replicas.
     pub async fn start(cluster: &Cluster, client: &kube::Client, groups: &[MachineGroup]) -> Self {
         let versions = Versions::load();
-        let crd_dir = capi_crd_dir(&versions.capi);
-        let mut crds = Vec::new();
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&crd_dir)
-            .unwrap_or_else(|e| {
-                panic!(
-                    "reading {}: {e} (run tests/e2e/build.sh)",
-                    crd_dir.display()
-                )
-            })
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-            .collect();
-        files.sort();
-        for f in &files {
-            crds.extend(yaml_docs(f));
-        }
-        crds.extend(yaml_docs(&repo().join("tests/e2e/capi/standin-crds.yaml")));
-        apply_crds(client, crds).await;
-
-        let ns: Api<Namespace> = Api::all(client.clone());
-        ns.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap(),
-        )
-        .await
-        .unwrap();
+        install_crds(client).await;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
         secrets
             .create(
@@ -377,38 +382,45 @@ impl Capi {
                        "spec": {"template": {"spec": spec}}}),
             )
             .await;
-            // Without Cluster API's defaulting webhook, the selector must carry the
-            // cluster-name label itself, or the MachineDeployment and MachineSet controllers
-            // keep rewriting each other's labels.
-            let labels = json!({"e2e.gangscaler.dev/group": g.name,
-                                "cluster.x-k8s.io/cluster-name": CLUSTER});
             apply(
                 &dynamic("MachineDeployment", "machinedeployments"),
                 &g.name,
-                json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-                       "metadata": {"name": g.name, "namespace": NAMESPACE},
-                       "spec": {
-                           "clusterName": CLUSTER,
-                           "replicas": 0,
-                           "selector": {"matchLabels": labels},
-                           "rollout": {"strategy": {"type": "RollingUpdate",
-                                                    "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}},
-                           "deletion": {"order": "Random"},
-                           "template": {
-                               "metadata": {"labels": labels},
-                               "spec": {
-                                   "clusterName": CLUSTER,
-                                   "bootstrap": {"dataSecretName": BOOTSTRAP_SECRET},
-                                   "infrastructureRef": {"apiGroup": STANDIN_GROUP,
-                                                         "kind": "StandinMachineTemplate",
-                                                         "name": g.name},
-                                   "deletion": {"nodeDrainTimeoutSeconds": 5,
-                                                "nodeVolumeDetachTimeoutSeconds": 5}}}}}),
+                machine_deployment(&g.name, 0),
             )
             .await;
         }
         me
     }
+}
+
+/// A MachineDeployment `name` of the Cluster at `replicas`, whose Machines are stand-in
+/// machines of the StandinMachineTemplate `name`, written out in full (no defaulting webhook).
+pub fn machine_deployment(name: &str, replicas: u32) -> Value {
+    // Without Cluster API's defaulting webhook, the selector must carry the cluster-name
+    // label itself, or the MachineDeployment and MachineSet controllers keep rewriting each
+    // other's labels.
+    let labels =
+        json!({"e2e.gangscaler.dev/group": name, "cluster.x-k8s.io/cluster-name": CLUSTER});
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+           "metadata": {"name": name, "namespace": NAMESPACE},
+           "spec": {
+               "clusterName": CLUSTER,
+               "replicas": replicas,
+               "selector": {"matchLabels": labels},
+               "rollout": {"strategy": {"type": "RollingUpdate",
+                                        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}},
+               "deletion": {"order": "Random"},
+               "template": {
+                   "metadata": {"labels": labels},
+                   "spec": machine_spec(name, "StandinMachineTemplate")}}})
+}
+
+/// A Machine's spec (also a MachineDeployment template's) naming infrastructure `kind` `name`.
+pub fn machine_spec(name: &str, kind: &str) -> Value {
+    json!({"clusterName": CLUSTER,
+           "bootstrap": {"dataSecretName": BOOTSTRAP_SECRET},
+           "infrastructureRef": {"apiGroup": STANDIN_GROUP, "kind": kind, "name": name},
+           "deletion": {"nodeDrainTimeoutSeconds": 5, "nodeVolumeDetachTimeoutSeconds": 5}})
 }
 
 /// The status of condition `type_` of a Cluster API object (`status.conditions`).

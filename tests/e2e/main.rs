@@ -26,6 +26,7 @@
 mod common;
 
 mod alone;
+mod alone_capi;
 mod ca_capi;
 mod ca_ha;
 mod ca_lifecycle;

@@ -1,0 +1,234 @@
+//! The clusterapi backend ALONE (no CA, no Cluster API controllers): gangscaler's
+//! `ClusterApiProvisioner` against a real kube-apiserver serving Cluster API's own v1beta2
+//! CRDs. Machines are written by the test, so their shapes (and the backend's typed reading of
+//! them) go through the real CRD schema; the scale subresource, optimistic concurrency and the
+//! all-or-nothing delete are the API server's and the backend's alone.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gangscaler::model::{
+    BackendSpec, ClusterApiBackendSpec, ErrorCode, InstanceState, NodeGroupSpec,
+};
+use gangscaler::provision::clusterapi::{ClusterApiProvisioner, placeholder_id};
+use gangscaler::provision::{NodeRef, Provisioner};
+use gangscaler::testing;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::capi::{self, NAMESPACE};
+use super::harness::Cluster;
+
+fn group(min: u32, max: u32) -> NodeGroupSpec {
+    let mut g = testing::group("gpu", min, max);
+    g.backend = BackendSpec::ClusterApi(ClusterApiBackendSpec {
+        namespace: NAMESPACE.into(),
+        name: "gpu".into(),
+    });
+    g
+}
+
+/// Creates Machine `name` of MachineDeployment `gpu` with `status`, and `providerID` if any.
+async fn machine(
+    client: &kube::Client,
+    name: &str,
+    provider_id: Option<&str>,
+    status: serde_json::Value,
+) {
+    let api = capi::machines(client);
+    let mut spec = capi::machine_spec(name, "StandinMachine");
+    if let Some(p) = provider_id {
+        spec["providerID"] = json!(p);
+    }
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": name, "namespace": NAMESPACE,
+                     "labels": {"cluster.x-k8s.io/deployment-name": "gpu",
+                                "cluster.x-k8s.io/cluster-name": capi::CLUSTER}},
+        "spec": spec,
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": status})),
+    )
+    .await
+    .unwrap();
+}
+
+async fn delete_marks(client: &kube::Client) -> BTreeMap<String, bool> {
+    capi::machines(client)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|m| {
+            let marked = m
+                .metadata
+                .annotations
+                .is_some_and(|a| a.contains_key("cluster.x-k8s.io/delete-machine"));
+            (m.metadata.name.unwrap_or_default(), marked)
+        })
+        .collect()
+}
+
+async fn replicas(client: &kube::Client) -> i64 {
+    capi::deployments(client).get("gpu").await.unwrap().data["spec"]["replicas"]
+        .as_i64()
+        .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
+async fn clusterapi_backend_scales_reads_and_deletes_machine_deployments_on_a_real_api_server() {
+    let cluster = Cluster::start("alone-capi").await;
+    let client = cluster.client().await;
+    capi::install_crds(&client).await;
+    capi::deployments(&client)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(capi::machine_deployment("gpu", 0)).unwrap(),
+        )
+        .await
+        .unwrap();
+    // Two providers (two processes) race: 16 concurrent +1s against max 10.
+    let a = Arc::new(ClusterApiProvisioner::new(client.clone()));
+    let b = Arc::new(ClusterApiProvisioner::new(cluster.client().await));
+    let g = group(0, 10);
+    a.sync_groups(std::slice::from_ref(&g)).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let p = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let g = g.clone();
+        tasks.push(tokio::spawn(async move { p.increase(&g, 1).await }));
+    }
+    let mut ok = 0;
+    let mut above = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                assert_eq!(e.kind(), "above_max", "{e}");
+                above += 1;
+            }
+        }
+    }
+    assert_eq!((ok, above), (10, 6), "no lost update, no overshoot");
+    assert_eq!(replicas(&client).await, 10);
+    assert_eq!(a.target_size(&g).await.unwrap(), 10);
+
+    // Machines as Cluster API writes them (no controllers run here, so replicas and
+    // Machines are independent): one with a Node, one still without a providerID, one whose
+    // infrastructure ran out of capacity.
+    machine(
+        &client,
+        "gpu-running",
+        Some("aws:///us-east-1a/i-0abc"),
+        json!({"phase": "Running", "nodeRef": {"name": "ip-10-0-0-1"}}),
+    )
+    .await;
+    machine(&client, "gpu-pending", None, json!({"phase": "Pending"})).await;
+    machine(
+        &client,
+        "gpu-failed",
+        None,
+        json!({"phase": "Pending", "deprecated": {"v1beta1": {
+            "failureReason": "InsufficientResources",
+            "failureMessage": "no p5.48xlarge capacity in us-east-1a"}}}),
+    )
+    .await;
+    let instances = a.instances(&g).await.unwrap();
+    let by_id: BTreeMap<&str, _> = instances.iter().map(|i| (i.id.as_str(), i)).collect();
+    assert_eq!(by_id.len(), 3, "{instances:?}");
+    let running = by_id["aws:///us-east-1a/i-0abc"];
+    assert_eq!(
+        (running.state, running.node_name.as_str()),
+        (InstanceState::Running, "ip-10-0-0-1")
+    );
+    let pending = by_id[placeholder_id(NAMESPACE, "gpu-pending").as_str()];
+    assert_eq!(
+        (pending.state, pending.error.clone()),
+        (InstanceState::Creating, None)
+    );
+    let failed = by_id[placeholder_id(NAMESPACE, "gpu-failed").as_str()];
+    assert_eq!(failed.state, InstanceState::Creating);
+    let e = failed.error.as_ref().expect("the failure is reported");
+    assert_eq!(e.code, ErrorCode::Stockout);
+    assert!(
+        e.message.contains("no p5.48xlarge capacity"),
+        "{}",
+        e.message
+    );
+    // NodeGroupForNode finds the group by providerID from a fresh process too.
+    let lookup = b
+        .lookup(&NodeRef {
+            provider_id: "aws:///us-east-1a/i-0abc".into(),
+            name: "ip-10-0-0-1".into(),
+        })
+        .await;
+    assert!(lookup.is_ok());
+    b.sync_groups(std::slice::from_ref(&g)).await.unwrap();
+    let found = b
+        .lookup(&NodeRef {
+            provider_id: "aws:///us-east-1a/i-0abc".into(),
+            name: "ip-10-0-0-1".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.map(|id| id.to_string()), Some("gpu".to_owned()));
+
+    // DecreaseTargetSize cancels only replicas no Machine stands for: 10 - 3 = 7.
+    let err = a.decrease_target(&g, 8).await.unwrap_err();
+    assert_eq!(err.kind(), "would_delete_existing", "{err}");
+    assert_eq!(a.decrease_target(&g, 4).await.unwrap(), 6);
+
+    // DeleteNodes: a node of no Machine refuses the whole request and marks nothing.
+    let running_ref = NodeRef {
+        provider_id: "aws:///us-east-1a/i-0abc".into(),
+        name: "ip-10-0-0-1".into(),
+    };
+    let foreign = NodeRef {
+        provider_id: "aws:///us-east-1a/i-other".into(),
+        name: "other".into(),
+    };
+    let err = a
+        .delete(&g, &[running_ref.clone(), foreign])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "not_in_group", "{err}");
+    assert!(delete_marks(&client).await.values().all(|m| !m));
+    assert_eq!(replicas(&client).await, 6);
+    // Healthy Machines may not take the group below its minimum; failed ones may.
+    let g_min = group(6, 10);
+    let err = a
+        .delete(&g_min, std::slice::from_ref(&running_ref))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "below_min", "{err}");
+    assert!(delete_marks(&client).await.values().all(|m| !m));
+    let failed_ref = NodeRef {
+        provider_id: placeholder_id(NAMESPACE, "gpu-failed"),
+        name: placeholder_id(NAMESPACE, "gpu-failed"),
+    };
+    assert_eq!(a.delete(&g_min, &[failed_ref]).await.unwrap(), 5);
+    // Named by providerID and by name, the same Machine twice: one mark, one replica less.
+    let by_name = NodeRef {
+        provider_id: String::new(),
+        name: "ip-10-0-0-1".into(),
+    };
+    assert_eq!(a.delete(&g, &[running_ref, by_name]).await.unwrap(), 4);
+    let marks = delete_marks(&client).await;
+    assert_eq!(
+        marks,
+        BTreeMap::from([
+            ("gpu-failed".to_owned(), true),
+            ("gpu-pending".to_owned(), false),
+            ("gpu-running".to_owned(), true),
+        ]),
+        "exactly the named Machines are marked"
+    );
+    assert_eq!(replicas(&client).await, 4);
+}
