@@ -67,6 +67,9 @@ def main():
     w("- Nodes: kwok nodes of 8 GPUs, due 15 s after the request (a real GPU node takes minutes: the idle "
       "node-minutes that come from waiting on provisioning rounds grow with it); in the scale-down scenarios "
       "due 2 s after it, 5 s apart, with their RDMA devices advertised 25 s after they register")
+    w("- Cluster API rows: the real Cluster API core manager (v1.14.2) scales MachineDeployments; a stand-in "
+      "infrastructure provider (test-only, `tests/e2e/capi.rs`) turns each Machine into a kwok node 8 s after "
+      "its infrastructure machine is created")
     w("- CA waits 30 s after a GPU pod is created before it scales up for it (`unschedulablePodWithGpuTimeBuffer` "
       "in CA's `static_autoscaler.go`, not a flag): every time to form below includes it")
     if args.command:
