@@ -169,6 +169,17 @@ pub async fn kube_client(
     kube::Client::try_from(config)
 }
 
+/// Waits 5-24 ms before an optimistic-concurrency retry, a random time so that writers who
+/// collided spread out instead of colliding again.
+pub(crate) async fn conflict_pause() {
+    use std::hash::{BuildHasher, Hasher};
+    let jitter = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+        % 20;
+    tokio::time::sleep(std::time::Duration::from_millis(5 + jitter)).await;
+}
+
 /// Result alias for this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

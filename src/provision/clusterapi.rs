@@ -20,7 +20,6 @@
 //! Machine twice: capacity exists only as replicas on the MachineDeployment.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -222,11 +221,7 @@ impl ClusterApiProvisioner {
                 }
                 Err(kube::Error::Api(s)) if s.is_conflict() => {
                     debug!(node_group.id = %group.id, attempt, "MachineDeployment scale changed meanwhile; deciding again");
-                    let jitter = std::collections::hash_map::RandomState::new()
-                        .build_hasher()
-                        .finish()
-                        % 20;
-                    tokio::time::sleep(Duration::from_millis(5 + jitter)).await;
+                    super::conflict_pause().await;
                 }
                 Err(e) => {
                     return Err(Self::error(

@@ -445,11 +445,7 @@ impl KwokProvisioner {
                 }
                 Err(kube::Error::Api(s)) if s.is_conflict() => {
                     debug!(node_group.id = %group.id, "state update conflicted; retrying");
-                    let jitter = std::collections::hash_map::RandomState::new()
-                        .build_hasher()
-                        .finish()
-                        % 20;
-                    tokio::time::sleep(Duration::from_millis(5 + jitter)).await;
+                    super::conflict_pause().await;
                 }
                 Err(e) => {
                     return Err(Self::backend_error(

@@ -328,14 +328,8 @@ async fn ca_backs_off_failing_machines_and_the_gang_runs_on_another_deployment()
     .outcome("provisionFailed on gpu-a, succeeded on gpu-b")
     .note(format!(
         "CA asks: gpu-a {:?}, gpu-b {:?}",
-        s.ca.scale_ups_of("gpu-a")
-            .iter()
-            .map(|u| format!("{}->{}", u.from, u.to))
-            .collect::<Vec<_>>(),
-        s.ca.scale_ups_of("gpu-b")
-            .iter()
-            .map(|u| format!("{}->{}", u.from, u.to))
-            .collect::<Vec<_>>()
+        s.ca.asks_of("gpu-a"),
+        s.ca.asks_of("gpu-b")
     ))
     .record();
 }

@@ -326,14 +326,8 @@ async fn ca_backs_off_a_stocked_out_group_and_the_gang_runs_whole_on_another() {
     .outcome("provisionFailed on gpu-a, succeeded on gpu-b")
     .note(format!(
         "CA asks: gpu-a {:?}, gpu-b {:?}",
-        s.ca.scale_ups_of("gpu-a")
-            .iter()
-            .map(|u| format!("{}->{}", u.from, u.to))
-            .collect::<Vec<_>>(),
-        s.ca.scale_ups_of("gpu-b")
-            .iter()
-            .map(|u| format!("{}->{}", u.from, u.to))
-            .collect::<Vec<_>>()
+        s.ca.asks_of("gpu-a"),
+        s.ca.asks_of("gpu-b")
     ))
     .record();
 }

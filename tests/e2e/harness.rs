@@ -806,6 +806,14 @@ impl Autoscaler {
     }
 
     /// Every scale-up CA planned for `group`.
+    /// CA's plans for `group` as `from->to`, for result notes.
+    pub fn asks_of(&self, group: &str) -> Vec<String> {
+        self.scale_ups_of(group)
+            .iter()
+            .map(|u| format!("{}->{}", u.from, u.to))
+            .collect()
+    }
+
     pub fn scale_ups_of(&self, group: &str) -> Vec<CaScaleUp> {
         self.scale_ups()
             .into_iter()

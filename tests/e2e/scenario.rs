@@ -1099,12 +1099,7 @@ impl Row {
             policy: s.setup.policy.clone(),
             k8s: Versions::load().minor,
             ca: s.ca.version.clone(),
-            ca_asks: s
-                .ca
-                .scale_ups_of(group)
-                .iter()
-                .map(|u| format!("{}->{}", u.from, u.to))
-                .collect(),
+            ca_asks: s.ca.asks_of(group),
             applied: s.decisions(group).iter().map(|d| d.applied_delta).collect(),
             formed_s,
             window_s: sample.seconds,
