@@ -175,6 +175,7 @@ fn decide(f: &Fixture) -> planner::Decision {
         policy: Policy::Strict,
         gangs: &f.gangs,
         in_flight: &f.in_flight,
+        elsewhere: &BTreeMap::new(),
         ungrouped_nodes: 1,
     })
 }

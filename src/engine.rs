@@ -525,6 +525,11 @@ impl Engine {
         if self.audit.get().is_some() {
             self.failed_ledger().listed(g.id.as_str(), &instances);
         }
+        if let Some(admission) = &self.admission
+            && instances.iter().any(|i| i.error.is_some())
+        {
+            admission.release(g.id.as_str());
+        }
         Ok(instances)
     }
 

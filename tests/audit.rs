@@ -82,6 +82,7 @@ fn planner_decision(admitted: &[&str], deferred: usize) -> Decision {
             nodes_all: 1,
             nodes_min: 1,
             in_flight: 1,
+            elsewhere: None,
         }],
         unhostable: 3,
         reason: "admitted some".into(),

@@ -106,7 +106,7 @@ impl Admission {
     ) -> Result<Decision, Unavailable> {
         let view = self.source.view(now_unix)?;
         let shape = NodeShape::from_group(group, gpu_label);
-        let in_flight = self.in_flight_for(&view, &group.id, now_unix);
+        let (in_flight, elsewhere) = self.in_flight_for(&view, &group.id, now_unix);
         let ungrouped_nodes = shape.as_ref().map_or(0, |shape| {
             let hostable: Vec<_> = view
                 .ungrouped_pending
@@ -125,6 +125,7 @@ impl Admission {
             policy: self.policy,
             gangs: &view.gangs,
             in_flight: &in_flight,
+            elsewhere: &elsewhere,
             ungrouped_nodes,
         }))
     }
@@ -164,14 +165,35 @@ impl Admission {
         }
     }
 
+    /// Forgets the nodes requested on `group`: its instances failed (CA saw the failure in the
+    /// same `NodeGroupNodes` listing, and backs the group off), so the gangs they were for may
+    /// be admitted on another group.
+    pub fn release(&self, group: &str) {
+        let mut ledger = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = ledger.len();
+        ledger.retain(|_, f| f.group.as_str() != group);
+        let released = before - ledger.len();
+        if released > 0 {
+            tracing::info!(
+                node_group.id = group,
+                gangs = released,
+                "instances failed: the nodes requested for these gangs no longer count as in flight"
+            );
+        }
+    }
+
     /// Drops ledger entries of gangs that are no longer pending or are too old, and returns the
-    /// nodes in flight for `group`'s gangs.
+    /// nodes in flight for `group`'s gangs, and the gangs with nodes in flight on another
+    /// group (with that group).
     fn in_flight_for(
         &self,
         view: &GangView,
         group: &NodeGroupId,
         now_unix: i64,
-    ) -> BTreeMap<GangRef, u32> {
+    ) -> (BTreeMap<GangRef, u32>, BTreeMap<GangRef, NodeGroupId>) {
         let mut ledger = self
             .in_flight
             .lock()
@@ -180,11 +202,17 @@ impl Admission {
             now_unix - f.since_unix < IN_FLIGHT_TTL_SECS
                 && view.gangs.iter().any(|g| &g.id == gang && g.is_pending())
         });
-        ledger
+        let here = ledger
             .iter()
             .filter(|(_, f)| &f.group == group)
             .map(|(g, f)| (g.clone(), f.nodes))
-            .collect()
+            .collect();
+        let elsewhere = ledger
+            .iter()
+            .filter(|(_, f)| &f.group != group && f.nodes > 0)
+            .map(|(g, f)| (g.clone(), f.group.clone()))
+            .collect();
+        (here, elsewhere)
     }
 }
 
@@ -261,5 +289,32 @@ status: {{phase: Pending}}
         assert_eq!(d.covered.len(), 1, "{d:?}");
         assert!(d.admitted.is_empty(), "{d:?}");
         assert_ne!(d.rule, Rule::GangsAdmitted, "{d:?}");
+    }
+
+    #[test]
+    fn a_gang_in_flight_on_one_group_is_not_admitted_on_another_until_that_group_fails() {
+        let (admission, a) = admission();
+        let mut b = a.clone();
+        b.id = NodeGroupId::new("h100-b");
+        let now = 1_800_000_000;
+        let d = admission
+            .decide(&a, "nvidia.com/gpu.product", 0, 1, now)
+            .unwrap();
+        assert_eq!(d.applied_delta, 2, "{d:?}");
+        admission.record(&d, now);
+        // CA asks the second group for the same pods a few seconds later.
+        let d = admission
+            .decide(&b, "nvidia.com/gpu.product", 0, 1, now + 6)
+            .unwrap();
+        assert!(d.admitted.is_empty(), "admitted twice: {d:?}");
+        assert_eq!(d.covered.len(), 1, "{d:?}");
+        assert_eq!(d.covered[0].elsewhere.as_ref(), Some(&a.id), "{d:?}");
+        // The first group's instances fail: the gang may go to the second.
+        admission.release(a.id.as_str());
+        let d = admission
+            .decide(&b, "nvidia.com/gpu.product", 0, 1, now + 12)
+            .unwrap();
+        assert_eq!(d.applied_delta, 2, "{d:?}");
+        assert!(d.covered.is_empty(), "{d:?}");
     }
 }

@@ -96,6 +96,10 @@ pub struct AdmissionInput<'a> {
     pub gangs: &'a [Arc<Gang>],
     /// Nodes of this group already requested for a gang and not yet used by it.
     pub in_flight: &'a BTreeMap<GangRef, u32>,
+    /// Gangs with nodes requested on *another* group and not yet used, with that group: their
+    /// need is being met there, so this group adds nothing for them (two groups would
+    /// otherwise each provision the whole gang).
+    pub elsewhere: &'a BTreeMap<GangRef, NodeGroupId>,
     /// Nodes of this group the pending pods outside any gang would need.
     pub ungrouped_nodes: u32,
 }
@@ -203,6 +207,9 @@ pub struct CoveredGang {
     pub nodes_min: u32,
     /// Nodes already requested for it and not yet used.
     pub in_flight: u32,
+    /// The other group whose requested nodes cover it, when they are not this group's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elsewhere: Option<NodeGroupId>,
 }
 
 /// The outcome of one admission, as the audit log records it.
@@ -294,6 +301,16 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
                 continue;
             }
         };
+        if let Some(other) = input.elsewhere.get(&gang.id) {
+            covered.push(CoveredGang {
+                gang: gang.id.clone(),
+                nodes_all,
+                nodes_min,
+                in_flight: 0,
+                elsewhere: Some(other.clone()),
+            });
+            continue;
+        }
         let in_flight = input.in_flight.get(&gang.id).copied().unwrap_or(0);
         if nodes_all <= in_flight {
             covered.push(CoveredGang {
@@ -301,6 +318,7 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
                 nodes_all,
                 nodes_min,
                 in_flight,
+                elsewhere: None,
             });
         } else {
             candidates.push(Candidate {
@@ -333,6 +351,7 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
                 nodes_all: c.nodes_all,
                 nodes_min: c.nodes_min,
                 in_flight: c.in_flight,
+                elsewhere: None,
             });
             continue;
         } else if need_min <= left {

@@ -62,6 +62,7 @@ impl Case {
             policy: self.policy,
             gangs: &arcs(self.gangs.clone()),
             in_flight: &self.in_flight,
+            elsewhere: &BTreeMap::new(),
             ungrouped_nodes: self.ungrouped,
         })
     }
@@ -288,6 +289,7 @@ fn a_group_without_a_template_hosts_no_gang() {
         policy: Policy::Strict,
         gangs: &arcs(gangs),
         in_flight: &BTreeMap::new(),
+        elsewhere: &BTreeMap::new(),
         ungrouped_nodes: 0,
     });
     assert_eq!(

@@ -372,6 +372,7 @@ proptest! {
             policy,
             gangs: &super::arcs(gangs.clone()),
             in_flight: &in_flight,
+            elsewhere: &BTreeMap::new(),
             ungrouped_nodes: ungrouped,
         };
         let d = admit(&input);
