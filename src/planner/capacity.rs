@@ -136,8 +136,10 @@ fn shape_of(gang: &Gang) -> Result<GangShape, &'static str> {
         let other: &PodDemand = &m.demand;
         other == demand
     }) {
-        return Err("members request different resources, so the gang is not one shape; \
-                    `gangscaler plan` packs it member by member");
+        return Err(
+            "members request different resources, so the gang is not one shape; \
+                    `gangscaler plan` packs it member by member",
+        );
     }
     let count = u32::try_from(gang.members.len()).unwrap_or(u32::MAX);
     Ok(GangShape::new(
@@ -262,9 +264,8 @@ pub fn threshold(
     });
     let outcome = match per {
         Ok(per) => {
-            let nodes = |members: u32| {
-                u32::try_from(u64::from(members).div_ceil(per)).unwrap_or(u32::MAX)
-            };
+            let nodes =
+                |members: u32| u32::try_from(u64::from(members).div_ceil(per)).unwrap_or(u32::MAX);
             let (nodes_all, nodes_min) = (nodes(shape.members), nodes(shape.min_count));
             Threshold::Fits {
                 per_node: per,

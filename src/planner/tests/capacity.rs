@@ -126,7 +126,10 @@ fn volume_attach_limits_lower_members_per_node_and_the_threshold() {
 #[test]
 fn pod_slots_bind_when_members_are_tiny() {
     let cpu = cpu_group("cpu", 3);
-    let g = gang("tiny").min(200).members(200, |p| p.cpu_milli(1)).build();
+    let g = gang("tiny")
+        .min(200)
+        .members(200, |p| p.cpu_milli(1))
+        .build();
     // 110 pod slots per node: 200 members on 2 nodes; 3 nodes hold 330.
     assert_eq!(
         numbers(&against(&gang_shape(&g), &cpu, 0)),
@@ -258,9 +261,18 @@ fn identical_pending_gangs_collapse_into_one_shape_and_mixed_ones_are_skipped() 
     let mut done = gang("done").members(2, |p| p.gpus(8)).build();
     done.scheduled = true;
     let gangs = vec![
-        gang("b").min(4).members(4, |p| p.gpus(8).gpu_tolerant()).build(),
-        gang("a").min(4).members(4, |p| p.gpus(8).gpu_tolerant()).build(),
-        gang("c").min(2).members(4, |p| p.gpus(8).gpu_tolerant()).build(),
+        gang("b")
+            .min(4)
+            .members(4, |p| p.gpus(8).gpu_tolerant())
+            .build(),
+        gang("a")
+            .min(4)
+            .members(4, |p| p.gpus(8).gpu_tolerant())
+            .build(),
+        gang("c")
+            .min(2)
+            .members(4, |p| p.gpus(8).gpu_tolerant())
+            .build(),
         gang("mixed")
             .min(2)
             .member(pod("m-0").gpus(8).build())
@@ -268,7 +280,10 @@ fn identical_pending_gangs_collapse_into_one_shape_and_mixed_ones_are_skipped() 
             .build(),
         gang("empty").min(3).build(),
         // Fewer pods than minCount so far: the shape has minCount members.
-        gang("short").min(6).members(2, |p| p.gpus(2).gpu_tolerant()).build(),
+        gang("short")
+            .min(6)
+            .members(2, |p| p.gpus(2).gpu_tolerant())
+            .build(),
         done,
     ];
     let (shapes, skipped) = shapes_of(&gangs);
