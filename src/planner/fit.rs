@@ -148,7 +148,7 @@ fn pack_gang(
     check_topology(gang.topology_key.as_deref(), shape)?;
     let items: Vec<(&str, &PodDemand)> = members
         .iter()
-        .map(|m| (m.pod.as_str(), &m.demand))
+        .map(|m| (m.pod.as_str(), &*m.demand))
         .collect();
     let to_reach_min = gang.min_count.saturating_sub(gang.bound_count());
     pack(&items, shape, to_reach_min, placement)
