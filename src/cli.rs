@@ -1,5 +1,7 @@
 //! Command line: `serve`, `validate`, `template`. One `run_*` function per command.
 
+mod capacity;
+
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -179,6 +181,15 @@ pub enum Command {
         /// Output format.
         #[arg(long, short, value_enum, default_value_t = PlanOutput::Table)]
         output: PlanOutput,
+        /// Capacity planning instead: for each gang shape (the pending gangs' and every
+        /// `--trace` gang's) and node group, the nodes a whole gang and its minCount need and
+        /// the largest minCount the group's maxSize, and its headroom, admit.
+        #[arg(long)]
+        simulate: bool,
+        /// A trace of gang specs for `--simulate`: JSON Lines (`*.jsonl`, `*.ndjson`) or YAML
+        /// (repeatable). With a trace and no `--objects`, the cluster is not read.
+        #[arg(long = "trace", value_name = "FILE", requires = "simulate")]
+        traces: Vec<PathBuf>,
     },
     /// Print the template Node of a node group.
     Template {
@@ -228,7 +239,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             objects,
             targets,
             output,
-        } => run_plan(config, objects, &targets, output).await,
+            simulate,
+            traces,
+        } => {
+            run_plan(
+                config,
+                objects,
+                &targets,
+                output,
+                simulate.then_some(traces),
+            )
+            .await
+        }
         Command::Audit { command } => run_audit(command),
     }
 }
@@ -624,6 +646,7 @@ async fn run_plan(
     objects: Option<PathBuf>,
     targets: &[String],
     output: PlanOutput,
+    simulate: Option<Vec<PathBuf>>,
 ) -> anyhow::Result<()> {
     let loaded = Source::new(&dir)
         .load()
@@ -641,7 +664,13 @@ async fn run_plan(
         }
         target_of.insert(group.to_owned(), n);
     }
+    let traced = match &simulate {
+        Some(traces) => capacity::read_traces(traces)?,
+        None => Vec::new(),
+    };
     let set = match &objects {
+        // A trace alone is the whole input of a simulation.
+        None if !traced.is_empty() => crate::cluster::ObjectSet::new(),
         Some(path) => {
             // Bounded: an object file larger than the limit is refused before it is parsed.
             let text = crate::yaml::read_file(path, &crate::yaml::OBJECTS)?;
@@ -681,6 +710,9 @@ async fn run_plan(
             )
         })
         .collect();
+    if simulate.is_some() {
+        return capacity::run(traced, &view, &groups, output);
+    }
     let plan = crate::planner::plan(&view.gangs, &groups);
     match output {
         PlanOutput::Json => {

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! main, cli  ─► server, engine, scaleup, audit, planner, cluster, config, provision,
-//!               telemetry, model, yaml
+//!               telemetry, trace, model, yaml
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
 //!               leader, metrics, readiness, model
 //! grpc       ─► engine, provision, metrics, model
@@ -16,6 +16,7 @@
 //! events     ─► planner, model
 //! config     ─► planner, model, yaml
 //! cluster    ─► model, yaml
+//! trace      ─► planner, model, yaml
 //! planner    ─► model
 //! leader     ─► config, metrics
 //! http       ─► metrics, readiness
@@ -28,6 +29,7 @@
 //! - [`yaml`]: bounded YAML reading and parsing (file size caps, alias, depth and node
 //!   budgets) for configuration and Kubernetes object files.
 //! - [`planner`]: pure whole-gang fitting and the admission decision.
+//! - [`trace`]: gang traces (JSON Lines or YAML gang specs) for `plan --simulate`.
 //! - [`cluster`]: Kubernetes objects to the gang model: API-version adapters, pod demand,
 //!   the watchers and their snapshot, and the gangs Cluster Autoscaler cannot see.
 //! - [`provision`]: the provisioning backend trait and the in-memory and kwok backends.
@@ -65,6 +67,7 @@ pub mod server;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod trace;
 pub mod yaml;
 
 /// Code generated from `proto/externalgrpc.proto`.

@@ -9,9 +9,12 @@
 //! - [`fit()`]: first-fit-decreasing placement of a gang's unbound members ([`mod@fit`]).
 //! - [`plan()`]: every pending gang against every group, for the `plan` command ([`mod@plan`]).
 //! - [`admit()`]: the admission decision for one increase ([`mod@admit`]).
+//! - [`capacity()`]: every gang shape against every group, with the largest admissible
+//!   `minCount`, for `plan --simulate` ([`mod@capacity`]).
 //! - [`Reason`]: why something cannot be placed, shared by CLI, audit and metrics ([`explain`]).
 
 pub mod admit;
+pub mod capacity;
 pub mod explain;
 pub mod fit;
 pub mod plan;
@@ -22,6 +25,7 @@ pub use admit::{
     AdmissionInput, AdmittedGang, CoveredGang, Decision, DeferredGang, Extent, Policy, Rule,
     Verdict, admit,
 };
+pub use capacity::{Capacity, GangShape, GroupCapacity, ShapeCapacity, Threshold, capacity};
 pub use explain::Reason;
 pub use fit::{GangFit, check_pod, fit, nodes_for_pods};
 pub use plan::{GangPlan, GroupOption, Outcome, Plan, plan};

@@ -210,3 +210,228 @@ fn an_alias_bomb_object_file_is_refused_naming_the_file() {
     assert!(stderr.contains("bomb.yaml"), "{stderr}");
     assert!(stderr.contains("document 2"), "{stderr}");
 }
+
+/// `gangscaler plan --simulate` with `args`: success, stdout, stderr.
+fn simulate(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gangscaler"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["plan", "--simulate"])
+        .args(args)
+        .env_remove("GANGSCALER_CONFIG")
+        .output()
+        .expect("running gangscaler plan --simulate");
+    // A panic exits with 101; every refusal must be an error message instead.
+    assert_ne!(out.status.code(), Some(101), "panicked");
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+const TRACE: &str = "examples/traces/training.jsonl";
+
+fn shape<'a>(json: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    json["capacity"]["shapes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["shape"]["name"] == name)
+        .unwrap_or_else(|| panic!("no shape {name} in {json:#}"))
+}
+
+#[test]
+fn simulate_json_gives_thresholds_per_shape_and_group_for_the_example_trace() {
+    let (ok, stdout, stderr) = simulate(&["--trace", TRACE, "--target", "h100-8x=2", "-o", "json"]);
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    // Trace order; identical evals collapse into the first one's shape.
+    let names: Vec<&str> = json["capacity"]["shapes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["shape"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "pretrain",
+            "pretrain-xl",
+            "finetune",
+            "ckpt-heavy",
+            "eval",
+            "dataloader",
+            "moe-16gpu"
+        ]
+    );
+    assert_eq!(
+        shape(&json, "eval")["shape"]["gangs"],
+        serde_json::json!(["eval", "eval-nightly"])
+    );
+
+    // Whole-node members: 16 nodes, and maxSize 16 admits minCount 16, the headroom 14.
+    let pretrain = shape(&json, "pretrain");
+    let h100 = option(pretrain, "h100-8x");
+    assert_eq!(
+        (
+            h100["perNode"].as_u64(),
+            h100["nodesAll"].as_u64(),
+            h100["largestMinCountAtMax"].as_u64(),
+            h100["largestMinCountAtHeadroom"].as_u64(),
+        ),
+        (Some(1), Some(16), Some(16), Some(14))
+    );
+    assert_eq!(
+        (
+            h100["minFitsMaxSize"].as_bool(),
+            h100["minFitsHeadroom"].as_bool()
+        ),
+        (Some(true), Some(false))
+    );
+    assert_eq!(
+        option(pretrain, "l4-4x")["reason"]["kind"],
+        "topology_missing"
+    );
+
+    // minCount 24 of whole-node members needs 24 nodes: more than maxSize.
+    let xl = option(shape(&json, "pretrain-xl"), "h100-8x");
+    assert_eq!(
+        (xl["nodesMin"].as_u64(), xl["minFitsMaxSize"].as_bool()),
+        (Some(24), Some(false))
+    );
+
+    // 4-GPU members on 8-GPU nodes: 2 per node, maxSize 16 admits minCount 32.
+    let finetune = shape(&json, "finetune");
+    let h100 = option(finetune, "h100-8x");
+    assert_eq!(
+        (
+            h100["perNode"].as_u64(),
+            h100["nodesAll"].as_u64(),
+            h100["nodesMin"].as_u64(),
+            h100["largestMinCountAtMax"].as_u64()
+        ),
+        (Some(2), Some(8), Some(6), Some(32))
+    );
+    let l4 = option(finetune, "l4-4x");
+    assert_eq!(
+        (l4["nodesMin"].as_u64(), l4["largestMinCountAtMax"].as_u64()),
+        (Some(12), Some(8))
+    );
+
+    // 6 volumes per member against 24 attachments: 4 per node, not the 8 GPUs allow.
+    let ckpt = option(shape(&json, "ckpt-heavy"), "h100-8x");
+    assert_eq!(
+        (
+            ckpt["perNode"].as_u64(),
+            ckpt["largestMinCountAtMax"].as_u64()
+        ),
+        (Some(4), Some(64))
+    );
+
+    for group in ["cpu-general", "h100-8x", "l4-4x"] {
+        let o = option(shape(&json, "moe-16gpu"), group);
+        assert_eq!(o["status"], "unfittable", "{o:#}");
+        assert_eq!(o["reason"]["kind"], "pod_too_large", "{o:#}");
+    }
+    assert_eq!(json["skipped"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn simulate_table_has_a_row_per_group_under_each_shape() {
+    let (ok, stdout, stderr) = simulate(&["--trace", TRACE, "--target", "h100-8x=2"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("\nshape finetune: 16 members, minCount 12; per member cpu 32, memory 160Gi, nvidia.com/gpu 4, ebs.csi.aws.com volumes 2\n"), "{stdout}");
+    assert!(stdout.contains("  gangs: eval, eval-nightly\n"), "{stdout}");
+    let row = |start: &str| {
+        stdout
+            .lines()
+            .skip_while(|l| !l.starts_with(start))
+            .find(|l| l.trim_start().starts_with("h100-8x"))
+            .unwrap_or_else(|| panic!("no h100-8x row under {start}: {stdout}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    // GROUP MAX HEADROOM PER-NODE NODES-ALL NODES-MIN MIN@MAX MIN@HEADROOM VERDICT...
+    assert_eq!(
+        row("shape finetune")[..8],
+        ["h100-8x", "16", "14", "2", "8", "6", "32", "28"]
+    );
+    assert_eq!(
+        row("shape pretrain-xl")[..8],
+        ["h100-8x", "16", "14", "1", "32", "24", "16", "14"]
+    );
+    assert!(
+        row("shape pretrain-xl")
+            .join(" ")
+            .ends_with("minCount needs 24 nodes, maxSize 16")
+    );
+    assert!(
+        stdout.contains(
+            "cannot host: pod moe-16gpu[*] requests 16 nvidia.com/gpu but a node offers 8"
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn simulate_adds_the_pending_gangs_of_an_object_file_after_the_trace() {
+    let (ok, stdout, stderr) = simulate(&[
+        "--trace",
+        TRACE,
+        "--objects",
+        "examples/objects/training-gangs.yaml",
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let shapes = json["capacity"]["shapes"].as_array().unwrap();
+    assert_eq!(shapes[0]["shape"]["name"], "pretrain");
+    let finetune = option(shape(&json, "ml/finetune"), "h100-8x");
+    assert_eq!(
+        (finetune["perNode"].as_u64(), finetune["nodesAll"].as_u64()),
+        (Some(8), Some(1))
+    );
+    assert_eq!(json["ungroupedPending"].as_u64(), Some(1));
+}
+
+#[test]
+fn a_malformed_trace_is_refused_naming_the_file_line_field_and_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &path,
+        "{\"name\": \"ok\", \"members\": 2}\n{\"name\": \"x\", \"members\": 4, \"resources\": {\"memory\": \"2048GB\"}}\n{\"members\": 4, \"minCount\": 5}\nnot json\n",
+    )
+    .unwrap();
+    let (ok, stdout, stderr) = simulate(&["--trace", path.to_str().unwrap()]);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains(&format!("3 invalid gang spec(s) in {}", path.display())),
+        "{stderr}"
+    );
+    for line in [
+        "line 2: resources.memory: is not a valid quantity: unknown quantity suffix (got \"2048GB\")",
+        "line 3: minCount: must not exceed members (4) (got 5)",
+        "line 4: not valid JSON: expected ident at column 2",
+    ] {
+        assert!(stderr.contains(line), "{line}: {stderr}");
+    }
+
+    let yaml = dir.path().join("bad.yaml");
+    std::fs::write(&yaml, "members: 2\n---\nmembers: 2\ntopologyKey: 7\n").unwrap();
+    let (ok, _, stderr) = simulate(&["--trace", yaml.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("document 2: topologyKey: expected a string (got 7)"),
+        "{stderr}"
+    );
+
+    let (ok, _, stderr) = simulate(&["--trace", "no/such/trace.jsonl"]);
+    assert!(!ok);
+    assert!(stderr.contains("no/such/trace.jsonl"), "{stderr}");
+    let (ok, _, stderr) = plan(&["--trace", TRACE]);
+    assert!(!ok);
+    assert!(stderr.contains("--simulate"), "{stderr}");
+}

@@ -109,6 +109,33 @@ pub fn nodes_for_pods(pods: &[PodDemand], shape: &NodeShape) -> Result<u32, Reas
     pack(&items, shape, n, false).map(|p| p.nodes_all)
 }
 
+/// Members with `demand` that one fresh node of `shape` holds: the least `limit / use` over
+/// the limits a member uses, as first-fit decreasing packs identical members (at least 1).
+///
+/// # Errors
+///
+/// The first predicate or limit a member fails alone on a fresh node, naming `pod`.
+pub(crate) fn per_node(pod: &str, demand: &PodDemand, shape: &NodeShape) -> Result<u64, Reason> {
+    let mut row = vec![0; shape.limits().len()];
+    check_into(pod, demand, shape, &mut row)?;
+    Ok(per_row(&row, shape.limits()))
+}
+
+/// A gang whose members must share one value of topology label `key` needs a group whose
+/// nodes carry it: all nodes of a group share one topology domain.
+///
+/// # Errors
+///
+/// [`Reason::TopologyMissing`] when the shape lacks the label.
+pub(crate) fn check_topology(key: Option<&str>, shape: &NodeShape) -> Result<(), Reason> {
+    match key {
+        Some(key) if !shape.labels().contains_key(key) => Err(Reason::TopologyMissing {
+            key: key.to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn pack_gang(
     gang: &Gang,
     members: &[&Member],
@@ -118,11 +145,7 @@ fn pack_gang(
     if members.is_empty() {
         return Err(Reason::NothingToPlace);
     }
-    if let Some(key) = &gang.topology_key
-        && !shape.labels().contains_key(key)
-    {
-        return Err(Reason::TopologyMissing { key: key.clone() });
-    }
+    check_topology(gang.topology_key.as_deref(), shape)?;
     let items: Vec<(&str, &PodDemand)> = members
         .iter()
         .map(|m| (m.pod.as_str(), &*m.demand))
@@ -213,14 +236,7 @@ fn uniform(
     min: usize,
     placement: bool,
 ) -> Packing {
-    let per = row
-        .iter()
-        .zip(limits)
-        .filter_map(|(&used, &limit)| limit.checked_div(used))
-        .min()
-        .unwrap_or(u64::MAX);
-    // The row passed its checks, so it fits an empty node: per >= 1.
-    let per = usize::try_from(per).unwrap_or(usize::MAX).max(1);
+    let per = usize::try_from(per_row(row, limits)).unwrap_or(usize::MAX);
     let n = items.len();
     let nodes = |k: usize| count(k.div_ceil(per));
     let bins = if placement {
@@ -235,6 +251,19 @@ fn uniform(
         nodes_min: if min == 0 { 0 } else { nodes(min.min(n)) },
         bins,
     }
+}
+
+/// How many copies of `row` fit a node with `limits`: the least `limit / use` over the limits
+/// the row uses.
+fn per_row(row: &[u64], limits: &[u64]) -> u64 {
+    let per = row
+        .iter()
+        .zip(limits)
+        .filter_map(|(&used, &limit)| limit.checked_div(used))
+        .min()
+        .unwrap_or(u64::MAX);
+    // The row passed its checks, so it fits an empty node: per >= 1.
+    per.max(1)
 }
 
 fn count(n: usize) -> u32 {

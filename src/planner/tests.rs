@@ -12,6 +12,7 @@ use crate::testing;
 use super::NodeShape;
 
 mod admit;
+mod capacity;
 mod fit;
 mod plan;
 mod props;
