@@ -109,6 +109,7 @@ fn gang(i: usize) -> Gang {
         }
     }
     let name = format!("job-{i:04}");
+    let d = std::sync::Arc::new(d);
     Gang {
         id: GangRef {
             namespace: format!("team-{}", i % 10),
@@ -136,7 +137,7 @@ fn gang(i: usize) -> Gang {
 struct Fixture {
     specs: Vec<NodeGroupSpec>,
     shapes: Vec<NodeShape>,
-    gangs: Vec<Gang>,
+    gangs: Vec<std::sync::Arc<Gang>>,
     in_flight: BTreeMap<GangRef, u32>,
 }
 
@@ -146,7 +147,8 @@ fn fixture() -> Fixture {
         .iter()
         .map(|g| NodeShape::from_group(g, labels::DEFAULT_GPU_LABEL).expect("template"))
         .collect();
-    let gangs: Vec<Gang> = (0..GANGS).map(gang).collect();
+    let gangs: Vec<std::sync::Arc<Gang>> =
+        (0..GANGS).map(|i| std::sync::Arc::new(gang(i))).collect();
     assert_eq!(gangs.iter().map(|g| g.members.len()).sum::<usize>(), 16_000);
     // Every 50th gang already has two nodes on the way.
     let in_flight = gangs

@@ -1,6 +1,7 @@
 //! A trivial tonic server for the same externalgrpc service, used only as the throughput
-//! ceiling in load tests: `NodeGroupForNode` and `NodeGroupTargetSize` answer constants with no
-//! engine, no locks, no metrics and no spans; every other call is Unimplemented.
+//! ceiling in load tests: `NodeGroupForNode`, `NodeGroupTargetSize` and `NodeGroupNodes` (100
+//! running instances, built once and cloned per call) answer constants with no engine, no
+//! locks, no metrics and no spans; every other call is Unimplemented.
 //!
 //! Run: `cargo run --release --example trivial_server -- 127.0.0.1:18086`.
 
@@ -8,7 +9,9 @@ use gangscaler::proto;
 use gangscaler::proto::cloud_provider_server::{CloudProvider, CloudProviderServer};
 use tonic::{Request, Response, Status};
 
-struct Trivial;
+struct Trivial {
+    nodes: proto::NodeGroupNodesResponse,
+}
 
 #[tonic::async_trait]
 impl CloudProvider for Trivial {
@@ -109,7 +112,7 @@ impl CloudProvider for Trivial {
         &self,
         _: Request<proto::NodeGroupNodesRequest>,
     ) -> Result<Response<proto::NodeGroupNodesResponse>, Status> {
-        Err(Status::unimplemented("node_group_nodes"))
+        Ok(Response::new(self.nodes.clone()))
     }
 
     async fn node_group_template_node_info(
@@ -133,8 +136,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:18086".to_owned())
         .parse()?;
+    let instances = (0..100)
+        .map(|i| proto::Instance {
+            id: format!("gangscaler-memory://group-042/group-042-{i:05}"),
+            status: Some(proto::InstanceStatus {
+                instance_state: proto::instance_status::InstanceState::InstanceRunning.into(),
+                error_info: None,
+            }),
+        })
+        .collect();
+    let trivial = Trivial {
+        nodes: proto::NodeGroupNodesResponse { instances },
+    };
     tonic::transport::Server::builder()
-        .add_service(CloudProviderServer::new(Trivial))
+        .add_service(CloudProviderServer::new(trivial))
         .serve_with_shutdown(addr, async {
             let _ = tokio::signal::ctrl_c().await;
         })

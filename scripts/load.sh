@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Loopback load test of NodeGroupForNode and NodeGroupTargetSize with ghz (from the Go module
+# Loopback load test of NodeGroupForNode, NodeGroupTargetSize and NodeGroupNodes with ghz (from the Go module
 # proxy), against gangscaler with 100 node groups x 100 instances (10,000 instances), and
 # against a trivial tonic server of the same service as the ceiling. Both servers listen on
 # 127.0.0.1 and are stopped by pid. Prints one summary line per run.
@@ -66,15 +66,32 @@ r = json.load(open(sys.argv[3]))
 lat = {d["percentage"]: d["latency"] / 1e3 for d in r.get("latencyDistribution") or []}
 codes = r.get("statusCodeDistribution", {})
 print(f"{sys.argv[1]:<10} {sys.argv[2]:<20} rps {r['rps']:>9.0f}  p50 {lat.get(50, 0):>7.0f} us  p99 {lat.get(99, 0):>7.0f} us  codes {codes}")
+with open(sys.argv[3] + ".rps", "a") as out:
+    out.write(f"{sys.argv[1]} {sys.argv[2]} {r['rps']}\n")
 PY
+  cat "$work/ghz.json.rps" >> "$work/rps.txt"
+  rm -f "$work/ghz.json.rps"
 }
 
 # A providerID that exists: group-042's 7th instance.
 PID="gangscaler-memory://group-042/group-042-00007"
 run gangscaler 127.0.0.1:18087 NodeGroupForNode "{\"node\":{\"providerID\":\"$PID\",\"name\":\"group-042-00007\"}}"
 run gangscaler 127.0.0.1:18087 NodeGroupTargetSize '{"id":"group-042"}'
+run gangscaler 127.0.0.1:18087 NodeGroupNodes '{"id":"group-042"}'
 run trivial 127.0.0.1:18088 NodeGroupForNode "{\"node\":{\"providerID\":\"$PID\"}}"
 run trivial 127.0.0.1:18088 NodeGroupTargetSize '{"id":"group-042"}'
+run trivial 127.0.0.1:18088 NodeGroupNodes '{"id":"group-042"}'
+echo "gangscaler throughput as a share of the trivial server's (target >= 80%):"
+python3 - "$work/rps.txt" <<'PY'
+import sys
+rps = {}
+for line in open(sys.argv[1]):
+    server, rpc, value = line.split()
+    rps[(server, rpc)] = float(value)
+for (server, rpc), value in sorted(rps.items()):
+    if server == "gangscaler" and ("trivial", rpc) in rps:
+        print(f"  {rpc:<20} {100 * value / rps[('trivial', rpc)]:5.1f}%")
+PY
 echo "server-side handling time under load (grpc_server_handling_seconds):"
 curl -fsS http://127.0.0.1:19464/metrics > "$work/metrics.txt"
 python3 - "$work/metrics.txt" <<'PY'

@@ -3,7 +3,8 @@
 //! ([`adapters`]), the join of pods to their gangs ([`gangs`]) and per-pod resource demand as
 //! the scheduler computes it ([`demand`]), a Node's readiness ([`is_node_ready`]), and the
 //! gangs Cluster Autoscaler cannot see because the scheduler recorded no verdict on their
-//! members ([`unseen()`]). How far a scale-up's gangs have come is computed from these objects
+//! members ([`unseen()`]). [`GangIndex`] keeps the same gang view up to date as watch events
+//! arrive, so a decision does not rebuild it from every pod. How far a scale-up's gangs have come is computed from these objects
 //! in `scaleup`. Depends on `model`, `k8s-openapi` and serde; it does no I/O except in
 //! [`watch`], whose watchers fill an [`ObjectSet`]. Pods are kept as [`CompactPod`]s, a few
 //! hundred bytes each, shared between the watchers and snapshots.
@@ -17,6 +18,7 @@
 pub mod adapters;
 mod demand;
 mod gangs;
+mod index;
 mod node;
 mod objects;
 mod pod;
@@ -32,6 +34,8 @@ mod decode_props;
 #[cfg(test)]
 mod demand_tests;
 #[cfg(test)]
+mod index_props;
+#[cfg(test)]
 mod objects_tests;
 #[cfg(test)]
 mod pod_tests;
@@ -44,12 +48,13 @@ pub(crate) use demand::attachable_claims;
 pub use demand::demand;
 pub use gangs::{GangView, SCHEDULED_GRACE_SECS, gangs};
 pub(crate) use gangs::{gang_name, link};
+pub use index::GangIndex;
 pub use node::is_node_ready;
-pub use objects::{GangObject, ObjectSet};
+pub use objects::{GangObject, GangObjectKey, ObjectSet, StorageKind};
 pub use pod::{CompactPod, PodKey, PodLink};
 pub use problem::{ClaimCause, Issue, ObjectRef, Problem};
 pub use unseen::{Unseen, unseen};
-pub use watch::{ClusterView, PodStore, PodWriter, Stale, WatchError};
+pub use watch::{ClusterView, PodStore, PodWriter, SharedIndex, Stale, WatchError};
 
 /// Where in the input an object came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -49,7 +49,9 @@ mod progress_tests;
 mod test_support;
 
 pub use observe::{Facts, GroupFacts, observe};
-pub use progress::{GangProgress, NodeProgress, node_progress, progress};
+pub use progress::{
+    GangProgress, NodeProgress, node_progress, open_gang_progress, progress, progress_of,
+};
 pub use protect::Marker;
 pub use recorder::{Appended, Recorder, Resumed};
 pub use run::{InstanceSource, InstancesError, Loop};

@@ -2,6 +2,7 @@
 //! internal [`Gang`]s, the ungrouped pending pods and every [`Problem`] found on the way.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::adapters::{self, GroupDef, GroupKey, Policy, Reading, ScheduledCondition};
 use super::demand::resolve;
@@ -22,8 +23,10 @@ pub const SCHEDULED_GRACE_SECS: i64 = 300;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct GangView {
     /// Gangs, sorted by [`GangRef`]; members sorted by pod name. A gang object no live pod
-    /// names yet is a gang with no members.
-    pub gangs: Vec<Gang>,
+    /// names yet is a gang with no members. Shared: the incremental
+    /// [`GangIndex`](super::GangIndex) hands out the gangs that did not change since its last
+    /// view without copying them.
+    pub gangs: Vec<Arc<Gang>>,
     /// Unbound, ungated pods in no gang (no group link, or a group with the basic policy),
     /// as `namespace/name`, sorted.
     pub ungrouped_pending: Vec<(String, PodDemand)>,
@@ -46,14 +49,16 @@ pub fn gangs(objects: &ObjectSet, now_unix: i64) -> GangView {
 }
 
 /// Member pods of one gang instance, with their demand.
-type Members<'a> = Vec<(&'a CompactPod, PodDemand)>;
+pub(super) type Members<'a> = Vec<(&'a CompactPod, Arc<PodDemand>)>;
 
 /// A group as known after reading every object: the most preferred version wins.
-struct Known {
-    rank: usize,
-    api_version: String,
-    kind: String,
-    state: Result<GroupDef, usize>,
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Known {
+    pub rank: usize,
+    pub api_version: String,
+    pub kind: String,
+    /// The group, or the index of the problem that makes it unreadable.
+    pub state: Result<GroupDef, usize>,
 }
 
 #[derive(Default)]
@@ -162,7 +167,7 @@ impl<'a> Join<'a> {
             match found {
                 Some(Ok(Policy::Basic)) => self.ungrouped(objects, pod, full_name),
                 Some(Ok(Policy::Gang { .. })) => {
-                    let demand = self.demand(objects, pod);
+                    let demand = Arc::new(self.demand(objects, pod));
                     self.buckets
                         .entry((key, replica))
                         .or_default()
@@ -197,28 +202,11 @@ impl<'a> Join<'a> {
 
     /// The problem for pods naming a group nobody defines.
     fn missing_ref(&self, key: &GroupKey) -> (ObjectRef, Issue) {
-        match key {
-            GroupKey::PodGroup { namespace, name } => (
-                ObjectRef::new(None, "PodGroup", namespace, name),
-                Issue::GroupNotFound,
-            ),
-            GroupKey::WorkloadPodGroup {
-                namespace,
-                workload,
-                pod_group,
-            } => match self.workloads.get(&(namespace.clone(), workload.clone())) {
-                Some(api_version) => (
-                    ObjectRef::new(Some(api_version), "Workload", namespace, workload),
-                    Issue::PodGroupNotInWorkload {
-                        pod_group: pod_group.clone(),
-                    },
-                ),
-                None => (
-                    ObjectRef::new(None, "Workload", namespace, workload),
-                    Issue::GroupNotFound,
-                ),
-            },
-        }
+        missing_ref(key, |namespace, workload| {
+            self.workloads
+                .get(&(namespace.to_owned(), workload.to_owned()))
+                .map(String::as_str)
+        })
     }
 
     fn finish(mut self, now_unix: i64) -> GangView {
@@ -246,14 +234,14 @@ impl<'a> Join<'a> {
                 instances.push((None, Vec::new()));
             }
             for (replica, members) in instances {
-                gangs.push(build_gang(
+                gangs.push(Arc::new(build_gang(
                     known,
                     def,
                     min_count,
                     replica.as_deref(),
                     members,
                     now_unix,
-                ));
+                )));
             }
         }
         for ((object, issue), mut pods) in self.missing {
@@ -276,7 +264,37 @@ impl<'a> Join<'a> {
     }
 }
 
-fn build_gang(
+/// The problem for pods naming a group nobody defines; `workload_api` gives the apiVersion of
+/// the Workload `namespace/name` when one exists.
+pub(super) fn missing_ref<'w>(
+    key: &GroupKey,
+    workload_api: impl Fn(&str, &str) -> Option<&'w str>,
+) -> (ObjectRef, Issue) {
+    match key {
+        GroupKey::PodGroup { namespace, name } => (
+            ObjectRef::new(None, "PodGroup", namespace, name),
+            Issue::GroupNotFound,
+        ),
+        GroupKey::WorkloadPodGroup {
+            namespace,
+            workload,
+            pod_group,
+        } => match workload_api(namespace, workload) {
+            Some(api_version) => (
+                ObjectRef::new(Some(api_version), "Workload", namespace, workload),
+                Issue::PodGroupNotInWorkload {
+                    pod_group: pod_group.clone(),
+                },
+            ),
+            None => (
+                ObjectRef::new(None, "Workload", namespace, workload),
+                Issue::GroupNotFound,
+            ),
+        },
+    }
+}
+
+pub(super) fn build_gang(
     known: &Known,
     def: &GroupDef,
     min_count: u32,
@@ -332,7 +350,12 @@ fn build_gang(
 
 /// Whether a scheduled condition still says the gang needs nothing: True, and either the
 /// gang is whole or the condition is fresh (see [`SCHEDULED_GRACE_SECS`]).
-fn trust_scheduled(condition: ScheduledCondition, bound: usize, min_count: u32, now: i64) -> bool {
+pub(super) fn trust_scheduled(
+    condition: ScheduledCondition,
+    bound: usize,
+    min_count: u32,
+    now: i64,
+) -> bool {
     let whole = u32::try_from(bound).unwrap_or(u32::MAX) >= min_count;
     let fresh = condition
         .last_transition_unix

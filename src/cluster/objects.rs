@@ -131,6 +131,34 @@ impl GangObject {
     pub fn value(&self) -> &Value {
         &self.value
     }
+
+    /// Its identity: (kind, namespace, name, apiVersion). One object may be served in two
+    /// versions, which are two gang objects.
+    pub fn key(&self) -> GangObjectKey {
+        (
+            self.kind.clone(),
+            self.namespace.clone(),
+            self.name.clone(),
+            self.api_version.clone(),
+        )
+    }
+}
+
+/// The identity of a [`GangObject`]: (kind, namespace, name, apiVersion). Sets iterate gang
+/// objects in this order.
+pub type GangObjectKey = (String, String, String, String);
+
+/// The storage kinds demand resolution reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageKind {
+    /// PersistentVolumeClaim.
+    Pvc,
+    /// PersistentVolume.
+    Pv,
+    /// StorageClass.
+    StorageClass,
+    /// CSIDriver.
+    CsiDriver,
 }
 
 /// An I/O-free snapshot of the objects the adapters read: pods (as [`CompactPod`]s, shared
@@ -146,7 +174,7 @@ pub struct ObjectSet {
     storage_classes: BTreeMap<String, StorageClass>,
     csi_drivers: BTreeMap<String, CSIDriver>,
     /// Keyed by (kind, namespace, name, apiVersion): one object may be served in two versions.
-    gang_objects: BTreeMap<(String, String, String, String), GangObject>,
+    gang_objects: BTreeMap<GangObjectKey, GangObject>,
 }
 
 impl ObjectSet {
@@ -255,13 +283,65 @@ impl ObjectSet {
     /// Inserts a gang object of any version (unknown versions are reported by
     /// [`gangs`](super::gangs), not rejected here).
     pub fn insert_gang_object(&mut self, object: GangObject) {
-        let key = (
-            object.kind.clone(),
-            object.namespace.clone(),
-            object.name.clone(),
-            object.api_version.clone(),
-        );
-        self.gang_objects.insert(key, object);
+        self.gang_objects.insert(object.key(), object);
+    }
+
+    /// Removes the pod `key`; returns it if it was there.
+    pub(crate) fn remove_pod(&mut self, key: &PodKey) -> Option<Arc<CompactPod>> {
+        self.pods.take(key).map(|e| e.0)
+    }
+
+    /// Every pod, shared (a pointer copied per pod).
+    #[cfg(test)]
+    pub(crate) fn pod_set(&self) -> PodSet {
+        self.pods.clone()
+    }
+
+    /// The shared pod `key`.
+    pub(crate) fn pod_arc(&self, key: &PodKey) -> Option<&Arc<CompactPod>> {
+        self.pods.get(key).map(|e| &e.0)
+    }
+
+    /// Removes the PVC `namespace/name`.
+    pub(crate) fn remove_pvc(&mut self, namespace: &str, name: &str) {
+        self.pvcs.remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
+    /// Removes the PV `name`.
+    pub(crate) fn remove_pv(&mut self, name: &str) {
+        self.pvs.remove(name);
+    }
+
+    /// Removes the StorageClass `name`.
+    pub(crate) fn remove_storage_class(&mut self, name: &str) {
+        self.storage_classes.remove(name);
+    }
+
+    /// Removes the CSIDriver `name`.
+    pub(crate) fn remove_csi_driver(&mut self, name: &str) {
+        self.csi_drivers.remove(name);
+    }
+
+    /// Removes the gang object with identity `key` ([`GangObject::key`]).
+    pub(crate) fn remove_gang_object(&mut self, key: &GangObjectKey) -> Option<GangObject> {
+        self.gang_objects.remove(key)
+    }
+
+    /// The gang object with identity `key`.
+    pub(crate) fn gang_object(&self, key: &GangObjectKey) -> Option<&GangObject> {
+        self.gang_objects.get(key)
+    }
+
+    /// Every PVC, PV, StorageClass and CSIDriver of `other`, replacing this set's.
+    pub(crate) fn replace_storage_kind(&mut self, kind: StorageKind, other: &mut ObjectSet) {
+        match kind {
+            StorageKind::Pvc => std::mem::swap(&mut self.pvcs, &mut other.pvcs),
+            StorageKind::Pv => std::mem::swap(&mut self.pvs, &mut other.pvs),
+            StorageKind::StorageClass => {
+                std::mem::swap(&mut self.storage_classes, &mut other.storage_classes);
+            }
+            StorageKind::CsiDriver => std::mem::swap(&mut self.csi_drivers, &mut other.csi_drivers),
+        }
     }
 
     /// Pods, by namespace and name.

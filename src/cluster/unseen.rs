@@ -5,6 +5,7 @@
 //! This module finds such gangs and says why, in words an operator can act on. Pure: the
 //! clock and the threshold are arguments.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{Gang, GangRef};
@@ -29,7 +30,7 @@ pub struct Unseen {
 /// gang that the scheduler holds at PreEnqueue, not this problem), none of its members is
 /// bound, every member lacks a verdict ([`Member::verdict`](crate::model::Member::verdict)),
 /// and it was created at least `after` ago. In the order of `gangs`.
-pub fn unseen(gangs: &[Gang], now_unix: i64, after: Duration) -> Vec<Unseen> {
+pub fn unseen(gangs: &[Arc<Gang>], now_unix: i64, after: Duration) -> Vec<Unseen> {
     gangs
         .iter()
         .filter_map(|g| {
@@ -112,7 +113,7 @@ mod tests {
                 .map(|i| Member {
                     pod: format!("{name}-{i}"),
                     node: None,
-                    demand: PodDemand::default(),
+                    demand: PodDemand::default().into(),
                     verdict: false,
                     scheduler_name: None,
                 })
@@ -130,7 +131,7 @@ mod tests {
 
     #[test]
     fn a_whole_gang_without_verdicts_past_the_threshold_is_unseen() {
-        let got = unseen(&[gang("train", 2, 120)], NOW, AFTER);
+        let got = unseen(&[gang("train", 2, 120).into()], NOW, AFTER);
         assert_eq!(
             got,
             [Unseen {
@@ -164,15 +165,15 @@ mod tests {
     #[test]
     fn a_gang_below_min_count_is_not_flagged() {
         // An incomplete gang waits at PreEnqueue without a verdict; that is not this problem.
-        assert!(unseen(&[gang("partial", 1, 3600)], NOW, AFTER).is_empty());
-        assert!(unseen(&[gang("empty", 0, 3600)], NOW, AFTER).is_empty());
+        assert!(unseen(&[gang("partial", 1, 3600).into()], NOW, AFTER).is_empty());
+        assert!(unseen(&[gang("empty", 0, 3600).into()], NOW, AFTER).is_empty());
     }
 
     #[test]
     fn a_gang_younger_than_the_threshold_is_not_flagged() {
-        assert!(unseen(&[gang("young", 2, 119)], NOW, AFTER).is_empty());
+        assert!(unseen(&[gang("young", 2, 119).into()], NOW, AFTER).is_empty());
         assert_eq!(
-            names(&unseen(&[gang("young", 2, 119)], NOW + 1, AFTER)),
+            names(&unseen(&[gang("young", 2, 119).into()], NOW + 1, AFTER)),
             ["young"]
         );
     }
@@ -181,21 +182,21 @@ mod tests {
     fn one_member_with_a_verdict_means_not_flagged() {
         let mut g = gang("tried", 3, 3600);
         g.members[1].verdict = true;
-        assert!(unseen(&[g], NOW, AFTER).is_empty());
+        assert!(unseen(&[g.into()], NOW, AFTER).is_empty());
     }
 
     #[test]
     fn a_bound_member_means_not_flagged() {
         let mut g = gang("started", 3, 3600);
         g.members[0].node = Some("gpu-0".into());
-        assert!(unseen(&[g], NOW, AFTER).is_empty());
+        assert!(unseen(&[g.into()], NOW, AFTER).is_empty());
     }
 
     #[test]
     fn a_gang_reported_scheduled_is_not_flagged() {
         let mut g = gang("admitted", 2, 3600);
         g.scheduled = true;
-        assert!(unseen(&[g], NOW, AFTER).is_empty());
+        assert!(unseen(&[g.into()], NOW, AFTER).is_empty());
     }
 
     #[test]
@@ -203,7 +204,7 @@ mod tests {
         let mut g = gang("custom", 3, 600);
         g.members[0].scheduler_name = Some("volcano".into());
         g.members[2].scheduler_name = Some("volcano".into());
-        let got = unseen(&[g], NOW, AFTER);
+        let got = unseen(&[g.into()], NOW, AFTER);
         assert_eq!(got[0].schedulers, ["volcano"]);
         let message = got[0].message();
         assert!(
@@ -222,7 +223,7 @@ mod tests {
         let mut g = gang("mixed", 2, 600);
         g.members[0].scheduler_name = Some("b-sched".into());
         g.members[1].scheduler_name = Some("a-sched".into());
-        let got = unseen(&[g], NOW, AFTER);
+        let got = unseen(&[g.into()], NOW, AFTER);
         assert_eq!(got[0].schedulers, ["a-sched", "b-sched"]);
         assert!(
             got[0]
@@ -235,7 +236,15 @@ mod tests {
     fn only_the_unseen_gangs_are_returned_in_order() {
         let mut seen = gang("seen", 2, 600);
         seen.members[0].verdict = true;
-        let got = unseen(&[gang("a", 2, 600), seen, gang("b", 4, 600)], NOW, AFTER);
+        let got = unseen(
+            &[
+                gang("a", 2, 600).into(),
+                seen.into(),
+                gang("b", 4, 600).into(),
+            ],
+            NOW,
+            AFTER,
+        );
         assert_eq!(names(&got), ["a", "b"]);
         assert_eq!(got[1].members, 4);
     }

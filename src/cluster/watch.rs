@@ -9,6 +9,10 @@
 //! snapshots share instead of copying. Every other object loses `managedFields`; nodes also lose
 //! annotations (but those of scale-down protection) and their image list, see [`slim_node`].
 //!
+//! Gangs: every event also reaches the [`GangIndex`], which keeps the gang view current;
+//! [`ClusterView::gang_view`] reads it without building a snapshot. The index holds its own
+//! pointers to the same [`CompactPod`]s.
+//!
 //! Outages: when a watch fails (the API server is down or refuses), its store keeps the last
 //! objects it had and the view answers from them, but it is *stale* ([`ClusterView::stale`])
 //! from that failure until the watcher has listed its kind completely again. The failed watcher
@@ -35,7 +39,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::objects::{PodEntry, PodSet};
-use super::{CompactPod, GangObject, ObjectSet, PodKey, adapters};
+use super::{
+    CompactPod, GangIndex, GangObject, GangView, ObjectSet, PodKey, StorageKind, adapters,
+};
 use crate::model::labels;
 
 /// Errors starting the cluster view.
@@ -77,6 +83,7 @@ impl PodStore {
         let writer = PodWriter {
             store: store.clone(),
             buffer: None,
+            index: None,
         };
         (store, writer)
     }
@@ -146,9 +153,24 @@ impl PodStore {
 pub struct PodWriter {
     store: PodStore,
     buffer: Option<PodSet>,
+    index: Option<SharedIndex>,
+}
+
+/// The gang index shared by the watchers (writers) and the view (reader).
+pub type SharedIndex = Arc<Mutex<GangIndex>>;
+
+fn lock(index: &SharedIndex) -> std::sync::MutexGuard<'_, GangIndex> {
+    index.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl PodWriter {
+    /// Also hands every change to `index`.
+    #[must_use]
+    pub fn with_index(mut self, index: SharedIndex) -> Self {
+        self.index = Some(index);
+        self
+    }
+
     /// Applies an event of typed pods.
     pub fn apply_pod(&mut self, event: Event<Pod>) {
         self.apply(event, |p| Ok(CompactPod::from_pod(p)));
@@ -177,6 +199,13 @@ impl PodWriter {
             Event::Apply(object) => {
                 let key = PodKey::of(object.meta());
                 let entry = entry(&object);
+                if let Some(index) = &self.index {
+                    let mut index = lock(index);
+                    match &entry {
+                        Some(entry) => index.apply_pod(Arc::clone(&entry.0)),
+                        None => index.delete_pod(&key),
+                    }
+                }
                 let mut pods = self.store.write();
                 match entry {
                     Some(entry) => {
@@ -189,7 +218,11 @@ impl PodWriter {
                 }
             }
             Event::Delete(object) => {
-                self.store.write().remove(&PodKey::of(object.meta()));
+                let key = PodKey::of(object.meta());
+                if let Some(index) = &self.index {
+                    lock(index).delete_pod(&key);
+                }
+                self.store.write().remove(&key);
             }
             Event::Init => self.buffer = Some(PodSet::new()),
             Event::InitApply(object) => {
@@ -200,6 +233,9 @@ impl PodWriter {
             }
             Event::InitDone => {
                 let listed = self.buffer.take().unwrap_or_default();
+                if let Some(index) = &self.index {
+                    lock(index).replace_pods(&listed);
+                }
                 let previous = std::mem::replace(&mut *self.store.write(), listed);
                 // Dropped outside the lock.
                 drop(previous);
@@ -230,6 +266,7 @@ pub struct ClusterView {
     attachments: Store<VolumeAttachment>,
     gangs: Vec<(ApiResource, Store<DynamicObject>)>,
     gang_api: Option<String>,
+    index: SharedIndex,
     ready: Arc<AtomicBool>,
     health: Arc<Health>,
 }
@@ -428,6 +465,112 @@ where
     reader
 }
 
+/// A storage kind demand resolution reads, and how its events reach the [`GangIndex`].
+trait IndexedStorage:
+    Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+    const KIND: StorageKind;
+    fn apply(index: &mut GangIndex, object: Self);
+    fn delete(index: &mut GangIndex, object: &Self);
+    fn insert(set: &mut ObjectSet, object: Self);
+}
+
+fn meta_name<K: Resource>(o: &K) -> &str {
+    o.meta().name.as_deref().unwrap_or_default()
+}
+
+impl IndexedStorage for PersistentVolumeClaim {
+    const KIND: StorageKind = StorageKind::Pvc;
+    fn apply(index: &mut GangIndex, object: Self) {
+        index.apply_pvc(object);
+    }
+    fn delete(index: &mut GangIndex, object: &Self) {
+        let namespace = object.metadata.namespace.as_deref().unwrap_or("default");
+        index.delete_pvc(namespace, meta_name(object));
+    }
+    fn insert(set: &mut ObjectSet, object: Self) {
+        set.insert_pvc(object);
+    }
+}
+
+impl IndexedStorage for PersistentVolume {
+    const KIND: StorageKind = StorageKind::Pv;
+    fn apply(index: &mut GangIndex, object: Self) {
+        index.apply_pv(object);
+    }
+    fn delete(index: &mut GangIndex, object: &Self) {
+        index.delete_pv(meta_name(object));
+    }
+    fn insert(set: &mut ObjectSet, object: Self) {
+        set.insert_pv(object);
+    }
+}
+
+impl IndexedStorage for StorageClass {
+    const KIND: StorageKind = StorageKind::StorageClass;
+    fn apply(index: &mut GangIndex, object: Self) {
+        index.apply_storage_class(object);
+    }
+    fn delete(index: &mut GangIndex, object: &Self) {
+        index.delete_storage_class(meta_name(object));
+    }
+    fn insert(set: &mut ObjectSet, object: Self) {
+        set.insert_storage_class(object);
+    }
+}
+
+impl IndexedStorage for CSIDriver {
+    const KIND: StorageKind = StorageKind::CsiDriver;
+    fn apply(index: &mut GangIndex, object: Self) {
+        index.apply_csi_driver(object);
+    }
+    fn delete(index: &mut GangIndex, object: &Self) {
+        index.delete_csi_driver(meta_name(object));
+    }
+    fn insert(set: &mut ObjectSet, object: Self) {
+        set.insert_csi_driver(object);
+    }
+}
+
+/// A store of every `K` (without managed fields) whose events also reach `index`; a re-list
+/// replaces the kind in the index whole.
+fn storage_store<K>(
+    client: &kube::Client,
+    name: &'static str,
+    index: &SharedIndex,
+    health: &Arc<Health>,
+    shutdown: &CancellationToken,
+) -> Store<K>
+where
+    K: IndexedStorage,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+{
+    let (reader, mut writer) = reflector::store();
+    let index = Arc::clone(index);
+    let mut relist: Option<ObjectSet> = None;
+    drive(
+        Api::<K>::all(client.clone()),
+        name.to_owned(),
+        health.clone(),
+        shutdown.clone(),
+        move |event| {
+            let event = event.modify(drop_managed_fields::<K>);
+            writer.apply_watcher_event(&event);
+            match event {
+                Event::Apply(o) => K::apply(&mut lock(&index), o),
+                Event::Delete(o) => K::delete(&mut lock(&index), &o),
+                Event::Init => relist = Some(ObjectSet::new()),
+                Event::InitApply(o) => K::insert(relist.get_or_insert_default(), o),
+                Event::InitDone => {
+                    let listed = relist.take().unwrap_or_default();
+                    lock(&index).replace_storage(K::KIND, listed);
+                }
+            }
+        },
+    );
+    reader
+}
+
 /// Watches `api` into `writer` through `apply`, until `shutdown`.
 fn spawn_pod_watcher<K>(
     api: Api<K>,
@@ -447,22 +590,71 @@ fn spawn_pod_watcher<K>(
     );
 }
 
+/// A gang object as the adapters read it, or `None` (logged) when it does not encode.
+fn gang_object(ar: &ApiResource, o: &DynamicObject) -> Option<GangObject> {
+    match serde_json::to_value(o) {
+        Ok(v) => Some(GangObject::new(ar.api_version.clone(), ar.kind.clone(), v)),
+        Err(e) => {
+            warn!(object = %o.name_any(), error = %e, "gang object does not encode; skipped");
+            None
+        }
+    }
+}
+
 fn dynamic_store(
     client: &kube::Client,
     ar: &ApiResource,
+    index: &SharedIndex,
     health: &Arc<Health>,
     shutdown: &CancellationToken,
 ) -> Store<DynamicObject> {
     let mut writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
     let reader = writer.as_reader();
     let api = Api::<DynamicObject>::all_with(client.clone(), ar);
+    let index = Arc::clone(index);
+    let resource = ar.clone();
+    let mut relist: Option<Vec<GangObject>> = None;
     drive(
         api,
         ar.kind.clone(),
         health.clone(),
         shutdown.clone(),
         move |event| {
-            writer.apply_watcher_event(&event.modify(drop_managed_fields::<DynamicObject>));
+            let event = event.modify(drop_managed_fields::<DynamicObject>);
+            writer.apply_watcher_event(&event);
+            match &event {
+                Event::Apply(o) => {
+                    if let Some(object) = gang_object(&resource, o) {
+                        lock(&index).apply_gang_object(object);
+                    }
+                }
+                Event::Delete(o) => {
+                    let key = (
+                        resource.kind.clone(),
+                        o.metadata
+                            .namespace
+                            .clone()
+                            .unwrap_or_else(|| "default".into()),
+                        o.name_any(),
+                        resource.api_version.clone(),
+                    );
+                    lock(&index).delete_gang_object(&key);
+                }
+                Event::Init => relist = Some(Vec::new()),
+                Event::InitApply(o) => {
+                    if let Some(object) = gang_object(&resource, o) {
+                        relist.get_or_insert_default().push(object);
+                    }
+                }
+                Event::InitDone => {
+                    let listed = relist.take().unwrap_or_default();
+                    lock(&index).replace_gang_objects(
+                        &resource.api_version,
+                        &resource.kind,
+                        listed,
+                    );
+                }
+            }
         },
     );
     reader
@@ -494,6 +686,7 @@ impl ClusterView {
             .find(|v| served.iter().any(|s| s == v))
             .map(str::to_owned);
         let health = Arc::new(Health::default());
+        let index: SharedIndex = Arc::new(Mutex::new(GangIndex::new()));
         let mut gangs = Vec::new();
         if let Some(api) = &gang_api {
             let resources = client
@@ -508,7 +701,8 @@ impl ClusterView {
             {
                 let gvk = GroupVersionKind::gvk(SCHEDULING_GROUP, version, &r.kind);
                 let ar = ApiResource::from_gvk_with_plural(&gvk, &r.name);
-                gangs.push((ar.clone(), dynamic_store(&client, &ar, &health, shutdown)));
+                let store = dynamic_store(&client, &ar, &index, &health, shutdown);
+                gangs.push((ar.clone(), store));
             }
             info!(gang.api = %api, kinds = gangs.len(), "watching gang objects");
         } else {
@@ -516,6 +710,7 @@ impl ClusterView {
         }
         // 1.35 links pods through spec.workloadRef, which the typed Pod of this build lacks.
         let (pods, writer) = PodStore::new();
+        let writer = writer.with_index(Arc::clone(&index));
         if gang_api.as_deref() == Some("scheduling.k8s.io/v1alpha1") {
             let ar = ApiResource::erase::<Pod>(&());
             let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
@@ -527,22 +722,10 @@ impl ClusterView {
         let h = &health;
         Ok(Self {
             pods,
-            pvcs: typed_store(
-                &client,
-                "PersistentVolumeClaim",
-                drop_managed_fields,
-                h,
-                shutdown,
-            ),
-            pvs: typed_store(
-                &client,
-                "PersistentVolume",
-                drop_managed_fields,
-                h,
-                shutdown,
-            ),
-            classes: typed_store(&client, "StorageClass", drop_managed_fields, h, shutdown),
-            drivers: typed_store(&client, "CSIDriver", drop_managed_fields, h, shutdown),
+            pvcs: storage_store(&client, "PersistentVolumeClaim", &index, h, shutdown),
+            pvs: storage_store(&client, "PersistentVolume", &index, h, shutdown),
+            classes: storage_store(&client, "StorageClass", &index, h, shutdown),
+            drivers: storage_store(&client, "CSIDriver", &index, h, shutdown),
             nodes: typed_store(&client, "Node", slim_node, h, shutdown),
             csi_nodes: typed_store(&client, "CSINode", drop_managed_fields, h, shutdown),
             attachments: typed_store(
@@ -554,6 +737,7 @@ impl ClusterView {
             ),
             gangs,
             gang_api,
+            index,
             ready: Arc::new(AtomicBool::new(false)),
             health,
         })
@@ -611,6 +795,17 @@ impl ClusterView {
     /// The VolumeAttachments, as watched.
     pub fn volume_attachments(&self) -> Vec<Arc<VolumeAttachment>> {
         self.attachments.state()
+    }
+
+    /// The gang view now, from the incremental [`GangIndex`]: the same view
+    /// [`gangs`](super::gangs) builds over [`ClusterView::snapshot`], without the snapshot.
+    pub fn gang_view(&self, now_unix: i64) -> GangView {
+        lock(&self.index).view(now_unix)
+    }
+
+    /// Runs `f` on the gang index, locked (keep it short: the watchers wait meanwhile).
+    pub fn with_index<T>(&self, f: impl FnOnce(&mut GangIndex) -> T) -> T {
+        f(&mut lock(&self.index))
     }
 
     /// A point-in-time view of the stores for the adapters. Pods are shared with the store

@@ -39,7 +39,7 @@ impl GangSource for ClusterView {
         if let Some(stale) = self.stale() {
             return Err(Unavailable::Stale(stale));
         }
-        Ok(cluster::gangs(&self.snapshot(), now_unix))
+        Ok(self.gang_view(now_unix))
     }
 }
 

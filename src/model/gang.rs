@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -31,7 +32,7 @@ impl fmt::Display for GangRef {
 }
 
 /// Operator of a node-selector requirement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum SelectorOperator {
     /// Label value is one of the values.
     In,
@@ -48,7 +49,7 @@ pub enum SelectorOperator {
 }
 
 /// One requirement of a required node-affinity term.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct SelectorRequirement {
     /// Label key.
     pub key: String,
@@ -86,7 +87,7 @@ impl SelectorRequirement {
 }
 
 /// Toleration operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum TolerationOperator {
     /// Key and value must match.
     Equal,
@@ -95,7 +96,7 @@ pub enum TolerationOperator {
 }
 
 /// A pod toleration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Toleration {
     /// Taint key; empty with `Exists` tolerates everything.
     pub key: String,
@@ -120,8 +121,9 @@ impl Toleration {
     }
 }
 
-/// What one pod needs from a node.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+/// What one pod needs from a node. Members with identical demand share one value (see
+/// [`Member::demand`]), so it is hashable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodDemand {
     /// CPU request in millicores.
@@ -157,8 +159,9 @@ pub struct Member {
     pub pod: String,
     /// Node the pod is bound to, if any.
     pub node: Option<String>,
-    /// What it needs.
-    pub demand: PodDemand,
+    /// What it needs; shared between members whose demand is identical (the members of a
+    /// gang usually are), which keeps 100,000 members to a few distinct values.
+    pub demand: Arc<PodDemand>,
     /// The scheduler has recorded a verdict on the pod: a `PodScheduled` condition, False
     /// (any reason) or True. Cluster Autoscaler only scales up for pods marked
     /// `PodScheduled=False` with reason `Unschedulable`, so it never sees a pod without one.

@@ -79,7 +79,7 @@ pub struct RdmaSpec {
 }
 
 /// Effect of a taint, as Kubernetes spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum TaintEffect {
     /// `NoSchedule`.
     NoSchedule,

@@ -42,6 +42,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -92,7 +93,7 @@ pub struct AdmissionInput<'a> {
     /// The admission policy.
     pub policy: Policy,
     /// Gangs to consider; those not pending, or that this group cannot host, are skipped.
-    pub gangs: &'a [Gang],
+    pub gangs: &'a [Arc<Gang>],
     /// Nodes of this group already requested for a gang and not yet used by it.
     pub in_flight: &'a BTreeMap<GangRef, u32>,
     /// Nodes of this group the pending pods outside any gang would need.
@@ -420,7 +421,9 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
 fn without_unresolved(gang: &Gang) -> Gang {
     let mut gang = gang.clone();
     for m in &mut gang.members {
-        m.demand.unresolved_claims.clear();
+        std::sync::Arc::make_mut(&mut m.demand)
+            .unresolved_claims
+            .clear();
     }
     gang
 }

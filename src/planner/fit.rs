@@ -125,7 +125,7 @@ fn pack_gang(
     }
     let items: Vec<(&str, &PodDemand)> = members
         .iter()
-        .map(|m| (m.pod.as_str(), &m.demand))
+        .map(|m| (m.pod.as_str(), &*m.demand))
         .collect();
     let to_reach_min = gang.min_count.saturating_sub(gang.bound_count());
     pack(&items, shape, to_reach_min, placement)

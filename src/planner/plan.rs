@@ -1,5 +1,7 @@
 //! The `plan` view: for every pending gang, what every node group could do for it.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use crate::model::{Gang, GangRef, NodeGroupId, NodeGroupSpec};
@@ -80,8 +82,12 @@ pub enum Outcome {
 
 /// Plans every pending gang ([`Gang::is_pending`]) against every group: `groups` holds each
 /// group's spec, its shape (`None` when it has no template) and its current target size.
-pub fn plan(gangs: &[Gang], groups: &[(&NodeGroupSpec, Option<NodeShape>, u32)]) -> Plan {
-    let mut pending: Vec<&Gang> = gangs.iter().filter(|g| g.is_pending()).collect();
+pub fn plan(gangs: &[Arc<Gang>], groups: &[(&NodeGroupSpec, Option<NodeShape>, u32)]) -> Plan {
+    let mut pending: Vec<&Gang> = gangs
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|g: &&Gang| g.is_pending())
+        .collect();
     pending.sort_by(|a, b| {
         b.priority
             .cmp(&a.priority)

@@ -17,6 +17,11 @@ mod plan;
 mod props;
 mod shape;
 
+/// `gangs`, shared as views hand them out.
+pub(super) fn arcs(gangs: Vec<Gang>) -> Vec<std::sync::Arc<Gang>> {
+    gangs.into_iter().map(std::sync::Arc::new).collect()
+}
+
 pub(super) const GPU: &str = labels::DEFAULT_GPU_RESOURCE;
 pub(super) const RDMA: &str = "rdma/rdma_shared_device_a";
 pub(super) const RDMA_GBPS: &str = labels::DEFAULT_RDMA_BANDWIDTH_RESOURCE;
@@ -31,7 +36,7 @@ pub(super) fn pod(name: &str) -> PodBuilder {
     PodBuilder(Member {
         pod: name.to_owned(),
         node: None,
-        demand: PodDemand::default(),
+        demand: PodDemand::default().into(),
         verdict: true,
         scheduler_name: None,
     })
@@ -39,49 +44,58 @@ pub(super) fn pod(name: &str) -> PodBuilder {
 
 impl PodBuilder {
     pub(super) fn cpu_milli(mut self, milli: u64) -> Self {
-        self.0.demand.cpu_milli = milli;
+        std::sync::Arc::make_mut(&mut self.0.demand).cpu_milli = milli;
         self
     }
     pub(super) fn cpus(self, n: u64) -> Self {
         self.cpu_milli(n * 1000)
     }
     pub(super) fn memory_gi(mut self, gi: u64) -> Self {
-        self.0.demand.memory_bytes = gi * GI;
+        std::sync::Arc::make_mut(&mut self.0.demand).memory_bytes = gi * GI;
         self
     }
     pub(super) fn storage_gi(mut self, gi: u64) -> Self {
-        self.0.demand.ephemeral_storage_bytes = gi * GI;
+        std::sync::Arc::make_mut(&mut self.0.demand).ephemeral_storage_bytes = gi * GI;
         self
     }
     pub(super) fn extended(mut self, name: &str, n: u64) -> Self {
-        self.0.demand.extended.insert(name.to_owned(), n);
+        std::sync::Arc::make_mut(&mut self.0.demand)
+            .extended
+            .insert(name.to_owned(), n);
         self
     }
     pub(super) fn gpus(self, n: u64) -> Self {
         self.extended(GPU, n)
     }
     pub(super) fn volumes(mut self, driver: &str, n: u32) -> Self {
-        self.0.demand.volumes.insert(driver.to_owned(), n);
+        std::sync::Arc::make_mut(&mut self.0.demand)
+            .volumes
+            .insert(driver.to_owned(), n);
         self
     }
     /// A volume claim whose CSI driver could not be resolved.
     pub(super) fn unresolved(mut self, claim: &str) -> Self {
-        self.0.demand.unresolved_claims.push(claim.to_owned());
+        std::sync::Arc::make_mut(&mut self.0.demand)
+            .unresolved_claims
+            .push(claim.to_owned());
         self
     }
     pub(super) fn selector(mut self, key: &str, value: &str) -> Self {
-        self.0
-            .demand
+        std::sync::Arc::make_mut(&mut self.0.demand)
             .node_selector
             .insert(key.to_owned(), value.to_owned());
         self
     }
     pub(super) fn affinity(mut self, term: Vec<SelectorRequirement>) -> Self {
-        self.0.demand.affinity_terms.push(term);
+        std::sync::Arc::make_mut(&mut self.0.demand)
+            .affinity_terms
+            .push(term);
         self
     }
     pub(super) fn toleration(mut self, t: Toleration) -> Self {
-        self.0.demand.tolerations.push(t);
+        std::sync::Arc::make_mut(&mut self.0.demand)
+            .tolerations
+            .push(t);
         self
     }
     /// Tolerates the GPU taint of [`gpu_group`].

@@ -11,8 +11,11 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde::Serialize;
 
-use crate::cluster::{GangView, ObjectSet, attachable_claims, gang_name, is_node_ready, link};
-use crate::model::GangRef;
+use super::track::Open;
+use crate::cluster::{
+    GangIndex, GangView, ObjectSet, attachable_claims, gang_name, is_node_ready, link,
+};
+use crate::model::{Gang, GangRef};
 
 /// One node of a node group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -78,6 +81,25 @@ pub fn progress(
     view: &GangView,
     attachments: &[impl AsRef<VolumeAttachment>],
 ) -> BTreeMap<GangRef, GangProgress> {
+    let disrupted = disrupted_members(objects);
+    progress_of(
+        objects,
+        view.gangs.iter().map(AsRef::as_ref),
+        |namespace, name| disrupted.get(&(namespace, name.to_owned())).cloned(),
+        attachments,
+    )
+}
+
+/// As [`progress`], for the given `gangs` only, with their disrupted members from
+/// `disrupted(namespace, gang name)` (the [`GangIndex`](crate::cluster::GangIndex) keeps
+/// them). The lifecycle loop asks this for the gangs of open scale-ups: its cost follows them,
+/// not the cluster.
+pub fn progress_of<'g>(
+    objects: &ObjectSet,
+    gangs: impl Iterator<Item = &'g Gang>,
+    disrupted: impl Fn(&str, &str) -> Option<BTreeSet<String>>,
+    attachments: &[impl AsRef<VolumeAttachment>],
+) -> BTreeMap<GangRef, GangProgress> {
     let by_volume: HashMap<(&str, &str), &VolumeAttachment> = attachments
         .iter()
         .map(AsRef::as_ref)
@@ -86,9 +108,8 @@ pub fn progress(
             Some(((pv, va.spec.node_name.as_str()), va))
         })
         .collect();
-    let disrupted = disrupted_members(objects);
     let mut out = BTreeMap::new();
-    for gang in &view.gangs {
+    for gang in gangs {
         let mut p = GangProgress {
             min_count: gang.min_count,
             created_unix: gang.created_unix,
@@ -122,14 +143,41 @@ pub fn progress(
             }
         }
         p.attach_errors.sort();
-        let key = (gang.id.namespace.as_str(), gang.id.name.clone());
-        p.disrupted = disrupted
-            .get(&key)
-            .map(|pods| pods.iter().cloned().collect())
+        p.disrupted = disrupted(&gang.id.namespace, &gang.id.name)
+            .map(|pods| pods.into_iter().collect())
             .unwrap_or_default();
         out.insert(gang.id.clone(), p);
     }
     out
+}
+
+/// The gang view at `now_unix` and the progress of the gangs of the `open` scale-ups: what one
+/// lifecycle tick reads from the [`GangIndex`], under its lock. Its cost is the view's (what
+/// changed since the last one) plus the open scale-ups' gangs.
+pub fn open_gang_progress(
+    index: &mut GangIndex,
+    open: &[Open],
+    attachments: &[impl AsRef<VolumeAttachment>],
+    now_unix: i64,
+) -> (GangView, BTreeMap<GangRef, GangProgress>) {
+    let wanted: BTreeSet<(&str, &str)> = open
+        .iter()
+        .filter_map(|o| o.gang.as_ref())
+        .map(|g| (g.namespace.as_str(), g.name.as_str()))
+        .collect();
+    let view = index.view(now_unix);
+    let gangs = view
+        .gangs
+        .iter()
+        .filter(|g| wanted.contains(&(g.id.namespace.as_str(), g.id.name.as_str())))
+        .map(AsRef::as_ref);
+    let progress = progress_of(
+        index.objects(),
+        gangs,
+        |namespace, name| index.disrupted(namespace, name).cloned(),
+        attachments,
+    );
+    (view, progress)
 }
 
 /// Pods with `DisruptionTarget` True that have not finished, by the (namespace, gang name)

@@ -41,12 +41,12 @@ use tracing::{debug, error, info, warn};
 
 use super::events::events_for;
 use super::observe::{Facts, GroupFacts, attributed_nodes, observe};
-use super::progress::{node_progress, progress};
+use super::progress::{GangProgress, node_progress, open_gang_progress};
 use super::protect::{Marker, Marks, plan, wanted};
 use super::recorder::{Appended, Recorder};
 use super::track::Open;
 use crate::audit::{Event, Outcome};
-use crate::cluster::{self, ClusterView, GangView, ObjectSet, Stale, Unseen};
+use crate::cluster::{self, ClusterView, Stale, Unseen};
 use crate::events::{EventPublisher, REASON_NOT_SEEN};
 use crate::metrics::{GroupLabels, Metrics, ScaleUpOutcomeLabels};
 use crate::model::{GangRef, Instance, InstanceState};
@@ -189,9 +189,18 @@ impl Loop {
     }
 
     async fn tick(&mut self, now_ms: i64, last_ms: Option<i64>) {
-        let snapshot = self.view.snapshot();
         let now_unix = now_ms.div_euclid(1000);
-        let view = cluster::gangs(&snapshot, now_unix);
+        let open = self.recorder.open_scale_ups();
+        let attachments = if open.iter().any(|o| o.gang.is_some()) {
+            self.view.volume_attachments()
+        } else {
+            Vec::new()
+        };
+        // One short lock: the view (only what changed is rebuilt) and the progress of the
+        // gangs open scale-ups follow.
+        let (view, gangs) = self
+            .view
+            .with_index(|index| open_gang_progress(index, &open, &attachments, now_unix));
         let pending = view.gangs.iter().filter(|g| g.is_pending()).count();
         self.metrics
             .gangs_pending
@@ -207,13 +216,11 @@ impl Loop {
         if let Some(events) = &self.events {
             events.publish(warnings);
         }
-        let open = self.recorder.open_scale_ups();
         let all_nodes = self.view.nodes();
         let attributed = if open.is_empty() {
             BTreeMap::new()
         } else {
-            self.follow(&open, &snapshot, &view, &all_nodes, now_ms)
-                .await
+            self.follow(&open, gangs, &all_nodes, now_ms).await
         };
         self.metrics
             .scale_ups_open
@@ -226,14 +233,13 @@ impl Loop {
     async fn follow(
         &self,
         open: &[Open],
-        snapshot: &ObjectSet,
-        view: &GangView,
+        gangs: BTreeMap<GangRef, GangProgress>,
         all_nodes: &[Arc<Node>],
         now_ms: i64,
     ) -> BTreeMap<String, Vec<String>> {
         let mut facts = Facts {
             groups: BTreeMap::new(),
-            gangs: progress(snapshot, view, &self.view.volume_attachments())
+            gangs: gangs
                 .into_iter()
                 .map(|(g, p)| ((g.namespace, g.name), p))
                 .collect(),

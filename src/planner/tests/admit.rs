@@ -60,7 +60,7 @@ impl Case {
             target: self.target,
             ca_delta: self.ca,
             policy: self.policy,
-            gangs: &self.gangs,
+            gangs: &arcs(self.gangs.clone()),
             in_flight: &self.in_flight,
             ungrouped_nodes: self.ungrouped,
         })
@@ -286,7 +286,7 @@ fn a_group_without_a_template_hosts_no_gang() {
         target: 0,
         ca_delta: 2,
         policy: Policy::Strict,
-        gangs: &gangs,
+        gangs: &arcs(gangs),
         in_flight: &BTreeMap::new(),
         ungrouped_nodes: 0,
     });

@@ -401,9 +401,9 @@ fn the_dominant_resource_orders_members_and_ties_go_by_pod_name() {
 fn nodes_for_pods_packs_ungrouped_pods_and_names_an_unfittable_one() {
     let s = shape(&cpu_group("cpu", 10));
     assert_eq!(nodes_for_pods(&[], &s), Ok(0));
-    let three = pod("x").cpus(3).build().demand;
+    let three = PodDemand::clone(&pod("x").cpus(3).build().demand);
     assert_eq!(nodes_for_pods(&vec![three.clone(); 10], &s), Ok(5));
-    let huge = pod("x").cpus(9).build().demand;
+    let huge = PodDemand::clone(&pod("x").cpus(9).build().demand);
     assert_eq!(
         nodes_for_pods(&[three, huge.clone()], &s),
         Err(too_large("pod[1]", "cpu", 9000, 8000))

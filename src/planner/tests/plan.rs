@@ -32,7 +32,7 @@ fn plan_lists_pending_gangs_by_priority_against_every_group() {
             .build(),
         done,
     ];
-    let p = plan(&gangs, &groups);
+    let p = plan(&arcs(gangs), &groups);
     let names: Vec<&str> = p.gangs.iter().map(|g| g.gang.name.as_str()).collect();
     assert_eq!(names, vec!["high", "low"]);
     let high = &p.gangs[0];
@@ -73,7 +73,7 @@ fn plan_reports_whether_the_need_fits_the_headroom() {
             .members(4, |p| p.gpus(8).gpu_tolerant())
             .build(),
     ];
-    let p = plan(&gangs, &groups);
+    let p = plan(&arcs(gangs), &groups);
     assert_eq!(p.gangs[0].groups[0].headroom, 3);
     assert_eq!(
         p.gangs[0].groups[0].outcome,
@@ -96,7 +96,7 @@ fn plan_serializes_outcomes_with_a_status_tag_and_reasons_with_their_kind() {
             .member(pod("p").selector(labels::GPU_PRODUCT, "x").build())
             .build(),
     ];
-    let json = serde_json::to_value(plan(&gangs, &groups)).unwrap();
+    let json = serde_json::to_value(plan(&arcs(gangs), &groups)).unwrap();
     let option = &json["gangs"][0]["groups"][0];
     assert_eq!(option["status"], "unfittable");
     assert_eq!(option["group"], "cpu");

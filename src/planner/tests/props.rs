@@ -155,11 +155,11 @@ fn arb_gang_on(s: NodeShape) -> impl Strategy<Value = Gang> {
             let mut b = gang("g").min(min);
             for (i, (demand, bound)) in members.into_iter().enumerate() {
                 let mut m = pod(&format!("p{i:02}")).build();
-                m.demand = demand;
+                m.demand = demand.into();
                 if let Some((at, how)) = broken
                     && at % n == i
                 {
-                    sabotage(&mut m.demand, &s, how);
+                    sabotage(std::sync::Arc::make_mut(&mut m.demand), &s, how);
                 }
                 if bound {
                     m.node = Some(format!("node-{i}"));
@@ -281,7 +281,7 @@ proptest! {
                 for node in &f.placement {
                     prop_assert!(!node.is_empty());
                     let pods: Vec<&PodDemand> =
-                        node.iter().map(|p| &by_name[p.as_str()].demand).collect();
+                        node.iter().map(|p| &by_name[p.as_str()].demand).map(AsRef::as_ref).collect();
                     prop_assert!(node_holds(&s, &pods).is_ok(), "{:?}", node_holds(&s, &pods));
                 }
                 let to_min = gang.min_count.saturating_sub(gang.bound_count());
@@ -314,7 +314,7 @@ proptest! {
         let mut b = gang("h").min(min);
         for i in 0..n {
             let mut m = pod(&format!("h{i:02}")).build();
-            m.demand = d.clone();
+            m.demand = d.clone().into();
             b = b.member(m);
         }
         let gang = b.build();
@@ -370,7 +370,7 @@ proptest! {
             target,
             ca_delta: ca,
             policy,
-            gangs: &gangs,
+            gangs: &super::arcs(gangs.clone()),
             in_flight: &in_flight,
             ungrouped_nodes: ungrouped,
         };

@@ -1,0 +1,713 @@
+//! [`GangIndex`]: the gang view kept up to date as watch events arrive, instead of rebuilt
+//! from every pod per decision.
+//!
+//! The index owns an [`ObjectSet`] that the watchers change object by object (pods, storage
+//! objects, gang objects; a re-list replaces one kind whole) and keeps beside it what the
+//! from-scratch join ([`gangs`](super::gangs)) would compute, split so that each event touches
+//! only its own part:
+//!
+//! - per gang object, what its adapter read (its groups and problems), and per group the
+//!   candidate definitions from every object naming it: the most preferred version wins, ties
+//!   go to the first object in set order, exactly as in the join;
+//! - per group, the names of the live pods that link to it, by replica key; the live unlinked
+//!   pods waiting for a node; the disrupted pods per gang name;
+//! - per pod, its resolved demand, shared between pods with equal demand (an interning table),
+//!   kept until the pod changes or, for pods with volumes, until a storage object changes;
+//! - per group, the gangs built at the last view, shared with the views handed out
+//!   ([`GangView::gangs`] holds `Arc`s). An event marks only its groups dirty; a view rebuilds
+//!   the dirty groups and adjusts only what depends on the clock (a stale scheduled condition,
+//!   a gang with no creation time).
+//!
+//! A view therefore costs a pass over the groups (a pointer copy each) plus the work of what
+//! changed. [`GangIndex::view`] equals [`gangs`](super::gangs) over [`GangIndex::objects`]
+//! after any sequence of events; a property test holds it to that.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+
+use super::adapters::{self, GroupDef, GroupKey, Policy, Reading};
+use super::demand::resolve;
+use super::gangs::{
+    GangView, Known, Members, build_gang, gang_name, link, missing_ref, trust_scheduled,
+};
+use super::objects::{GangObject, GangObjectKey, ObjectSet, PodSet, StorageKind};
+use super::pod::{CompactPod, PodKey};
+use super::problem::{Issue, ObjectRef, Problem};
+use crate::model::{Gang, PodDemand};
+
+/// What one gang object contributes: its adapter's problems, in reading order, and the
+/// groups it is a candidate definition of.
+#[derive(Debug)]
+struct Readings {
+    rank: usize,
+    problems: Vec<Problem>,
+    keys: Vec<GroupKey>,
+}
+
+/// Orders the candidate definitions of one group: the first one wins.
+type CandidateKey = (usize, GangObjectKey);
+
+/// A pod's resolved demand.
+#[derive(Debug)]
+struct Resolved {
+    /// The storage generation it was resolved at; `None` for a pod without volumes, whose
+    /// demand no storage object changes.
+    generation: Option<u64>,
+    demand: Arc<PodDemand>,
+    issues: Box<[Issue]>,
+}
+
+/// A gang as built at the last view, and whether its creation time came from the clock.
+#[derive(Debug)]
+struct Instance {
+    gang: Arc<Gang>,
+    created_from_clock: bool,
+}
+
+/// The gangs of one group as built at the last view, and the demand problems of their
+/// members.
+#[derive(Debug)]
+struct Built {
+    instances: Vec<Instance>,
+    problems: Vec<Problem>,
+}
+
+/// Live pods naming one group, by replica key, by name.
+type Replicas = BTreeMap<Option<String>, BTreeSet<Box<str>>>;
+
+/// The incrementally maintained gang view; see the module docs. Not synchronised: the
+/// cluster view keeps it behind a mutex.
+#[derive(Debug, Default)]
+pub struct GangIndex {
+    objects: ObjectSet,
+    readings: BTreeMap<GangObjectKey, Readings>,
+    candidates: HashMap<GroupKey, BTreeMap<CandidateKey, Known>>,
+    /// Workloads by (namespace, name), with every apiVersion they are served in.
+    workloads: BTreeMap<(String, String), BTreeSet<String>>,
+    members: HashMap<GroupKey, Replicas>,
+    /// Live pods with volumes per group: the groups a storage change dirties.
+    volume_members: HashMap<GroupKey, usize>,
+    unlinked_pending: BTreeSet<PodKey>,
+    disrupted: BTreeMap<(String, String), BTreeSet<String>>,
+    resolved: HashMap<PodKey, Resolved>,
+    built: HashMap<GroupKey, Built>,
+    dirty: HashSet<GroupKey>,
+    /// Bumped by every storage change.
+    generation: u64,
+    /// The generation the last view saw.
+    generation_seen: u64,
+    interner: HashSet<Arc<PodDemand>>,
+    interner_floor: usize,
+}
+
+impl GangIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The objects the index holds, as the watchers last reported them.
+    pub fn objects(&self) -> &ObjectSet {
+        &self.objects
+    }
+
+    /// Distinct member demands held (shared by every pod with that demand).
+    pub fn distinct_demands(&self) -> usize {
+        self.interner.len()
+    }
+
+    /// Pods with `DisruptionTarget` True that have not finished, naming the gang `name` in
+    /// `namespace` (including pods being deleted).
+    pub fn disrupted(&self, namespace: &str, name: &str) -> Option<&BTreeSet<String>> {
+        self.disrupted.get(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    // ---- pods ----
+
+    /// A pod was added or changed.
+    pub fn apply_pod(&mut self, pod: Arc<CompactPod>) {
+        if let Some(old) = self.objects.pod_arc(pod.key()) {
+            if Arc::ptr_eq(old, &pod) || **old == *pod {
+                return;
+            }
+            let old = Arc::clone(old);
+            self.track_pod(&old, false);
+        }
+        self.resolved.remove(pod.key());
+        self.track_pod(&pod, true);
+        self.objects.insert_compact_pod(pod);
+    }
+
+    /// A pod was deleted.
+    pub fn delete_pod(&mut self, key: &PodKey) {
+        if let Some(old) = self.objects.remove_pod(key) {
+            self.track_pod(&old, false);
+            self.resolved.remove(key);
+        }
+    }
+
+    /// The pods were listed again: `listed` is every pod now.
+    pub(crate) fn replace_pods(&mut self, listed: &PodSet) {
+        let gone: Vec<PodKey> = self
+            .objects
+            .pods()
+            .map(|p| p.key())
+            .filter(|k| !listed.contains(*k))
+            .cloned()
+            .collect();
+        for key in &gone {
+            self.delete_pod(key);
+        }
+        for entry in listed {
+            self.apply_pod(Arc::clone(&entry.0));
+        }
+    }
+
+    /// Adds `pod` to (or removes it from) the per-group, unlinked and disrupted indexes.
+    fn track_pod(&mut self, pod: &CompactPod, add: bool) {
+        let linked = link(pod);
+        if pod.is_live() {
+            match &linked {
+                Some((key, replica)) => {
+                    let volumes = !pod.demand.volumes.is_empty();
+                    self.track_member(key, replica, pod.name(), volumes, add);
+                }
+                None if pod.node_name().is_none() && !pod.is_gated() => {
+                    if add {
+                        self.unlinked_pending.insert(pod.key().clone());
+                    } else {
+                        self.unlinked_pending.remove(pod.key());
+                    }
+                }
+                None => {}
+            }
+        }
+        if pod.is_disrupted()
+            && !pod.is_terminal()
+            && let Some((key, replica)) = &linked
+        {
+            let (_, gang) = gang_name(key, replica.as_deref());
+            let slot = (pod.namespace().to_owned(), gang);
+            if add {
+                self.disrupted
+                    .entry(slot)
+                    .or_default()
+                    .insert(pod.name().to_owned());
+            } else if let Some(pods) = self.disrupted.get_mut(&slot) {
+                pods.remove(pod.name());
+                if pods.is_empty() {
+                    self.disrupted.remove(&slot);
+                }
+            }
+        }
+    }
+
+    fn track_member(
+        &mut self,
+        key: &GroupKey,
+        replica: &Option<String>,
+        name: &str,
+        volumes: bool,
+        add: bool,
+    ) {
+        self.dirty.insert(key.clone());
+        if add {
+            self.members
+                .entry(key.clone())
+                .or_default()
+                .entry(replica.clone())
+                .or_default()
+                .insert(name.into());
+            if volumes {
+                *self.volume_members.entry(key.clone()).or_default() += 1;
+            }
+            return;
+        }
+        if let Some(replicas) = self.members.get_mut(key) {
+            if let Some(names) = replicas.get_mut(replica) {
+                names.remove(name);
+                if names.is_empty() {
+                    replicas.remove(replica);
+                }
+            }
+            if replicas.is_empty() {
+                self.members.remove(key);
+            }
+        }
+        if volumes && let Some(count) = self.volume_members.get_mut(key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.volume_members.remove(key);
+            }
+        }
+    }
+
+    // ---- gang objects ----
+
+    /// A gang object was added or changed.
+    pub fn apply_gang_object(&mut self, object: GangObject) {
+        let key = object.key();
+        if self.objects.gang_object(&key) == Some(&object) {
+            return;
+        }
+        self.forget_readings(&key);
+        let (readings, candidates) = read(&object);
+        for (group, known) in candidates {
+            self.dirty.insert(group.clone());
+            // Within one object the first reading of a group wins, as in the join.
+            self.candidates
+                .entry(group)
+                .or_default()
+                .entry((known.rank, key.clone()))
+                .or_insert(known);
+        }
+        if object.kind() == "Workload" {
+            self.workloads
+                .entry((object.namespace().to_owned(), object.name().to_owned()))
+                .or_default()
+                .insert(object.api_version().to_owned());
+        }
+        self.readings.insert(key, readings);
+        self.objects.insert_gang_object(object);
+    }
+
+    /// The gang object with identity `key` was deleted.
+    pub fn delete_gang_object(&mut self, key: &GangObjectKey) {
+        self.forget_readings(key);
+        if let Some(object) = self.objects.remove_gang_object(key)
+            && object.kind() == "Workload"
+        {
+            let slot = (object.namespace().to_owned(), object.name().to_owned());
+            if let Some(versions) = self.workloads.get_mut(&slot) {
+                versions.remove(object.api_version());
+                if versions.is_empty() {
+                    self.workloads.remove(&slot);
+                }
+            }
+        }
+    }
+
+    /// The gang objects of `kind` in `api_version` were listed again: `listed` is every one
+    /// of them now.
+    pub fn replace_gang_objects(&mut self, api_version: &str, kind: &str, listed: Vec<GangObject>) {
+        let keep: HashSet<GangObjectKey> = listed.iter().map(GangObject::key).collect();
+        let gone: Vec<GangObjectKey> = self
+            .readings
+            .keys()
+            .filter(|k| k.0 == kind && k.3 == api_version && !keep.contains(*k))
+            .cloned()
+            .collect();
+        for key in &gone {
+            self.delete_gang_object(key);
+        }
+        for object in listed {
+            self.apply_gang_object(object);
+        }
+    }
+
+    fn forget_readings(&mut self, key: &GangObjectKey) {
+        let Some(readings) = self.readings.remove(key) else {
+            return;
+        };
+        for group in readings.keys {
+            if let Some(candidates) = self.candidates.get_mut(&group) {
+                candidates.remove(&(readings.rank, key.clone()));
+                if candidates.is_empty() {
+                    self.candidates.remove(&group);
+                }
+            }
+            self.dirty.insert(group);
+        }
+    }
+
+    // ---- storage ----
+
+    /// A PersistentVolumeClaim was added or changed.
+    pub fn apply_pvc(&mut self, pvc: PersistentVolumeClaim) {
+        let (ns, name) = (pvc.metadata.namespace.clone(), pvc.metadata.name.clone());
+        let (ns, name) = (ns.as_deref().unwrap_or("default"), name.unwrap_or_default());
+        if self.objects.pvc(ns, &name) != Some(&pvc) {
+            self.objects.insert_pvc(pvc);
+            self.generation += 1;
+        }
+    }
+
+    /// A PersistentVolumeClaim was deleted.
+    pub fn delete_pvc(&mut self, namespace: &str, name: &str) {
+        self.objects.remove_pvc(namespace, name);
+        self.generation += 1;
+    }
+
+    /// A PersistentVolume was added or changed.
+    pub fn apply_pv(&mut self, pv: PersistentVolume) {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        if self.objects.pv(&name) != Some(&pv) {
+            self.objects.insert_pv(pv);
+            self.generation += 1;
+        }
+    }
+
+    /// A PersistentVolume was deleted.
+    pub fn delete_pv(&mut self, name: &str) {
+        self.objects.remove_pv(name);
+        self.generation += 1;
+    }
+
+    /// A StorageClass was added or changed.
+    pub fn apply_storage_class(&mut self, class: StorageClass) {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        if self.objects.storage_class(&name) != Some(&class) {
+            self.objects.insert_storage_class(class);
+            self.generation += 1;
+        }
+    }
+
+    /// A StorageClass was deleted.
+    pub fn delete_storage_class(&mut self, name: &str) {
+        self.objects.remove_storage_class(name);
+        self.generation += 1;
+    }
+
+    /// A CSIDriver was added or changed.
+    pub fn apply_csi_driver(&mut self, driver: CSIDriver) {
+        let name = driver.metadata.name.clone().unwrap_or_default();
+        if self.objects.csi_driver(&name) != Some(&driver) {
+            self.objects.insert_csi_driver(driver);
+            self.generation += 1;
+        }
+    }
+
+    /// A CSIDriver was deleted.
+    pub fn delete_csi_driver(&mut self, name: &str) {
+        self.objects.remove_csi_driver(name);
+        self.generation += 1;
+    }
+
+    /// The objects of one storage `kind` were listed again: `listed` holds every one of them
+    /// now (its other kinds are ignored).
+    pub fn replace_storage(&mut self, kind: StorageKind, mut listed: ObjectSet) {
+        self.objects.replace_storage_kind(kind, &mut listed);
+        self.generation += 1;
+    }
+
+    // ---- the view ----
+
+    /// The gang view now: equal to [`gangs`](super::gangs) over [`GangIndex::objects`] at
+    /// `now_unix`, built from what changed since the last call.
+    pub fn view(&mut self, now_unix: i64) -> GangView {
+        if self.generation_seen != self.generation {
+            self.dirty.extend(self.volume_members.keys().cloned());
+            self.generation_seen = self.generation;
+        }
+        for key in std::mem::take(&mut self.dirty) {
+            self.built.remove(&key);
+        }
+        let Self {
+            objects,
+            readings,
+            candidates,
+            workloads,
+            members,
+            unlinked_pending,
+            resolved,
+            built,
+            generation,
+            interner,
+            ..
+        } = self;
+        let mut demands = Demands {
+            objects,
+            resolved,
+            interner,
+            generation: *generation,
+        };
+        // The problems of gang objects, and where each landed (held-out pods are added).
+        let mut problems = Vec::new();
+        let mut position: HashMap<(&GangObjectKey, usize), usize> = HashMap::new();
+        for (key, r) in readings.iter() {
+            for (i, p) in r.problems.iter().enumerate() {
+                position.insert((key, i), problems.len());
+                problems.push(p.clone());
+            }
+        }
+        let mut gangs = Vec::new();
+        let mut ungrouped = Vec::new();
+        for (group, defs) in candidates.iter() {
+            let Some(((_, object), known)) = defs.first_key_value() else {
+                continue;
+            };
+            let replicas = members.get(group);
+            match &known.state {
+                Ok(def) => match def.policy {
+                    Policy::Gang { min_count } => {
+                        let entry = built.entry(group.clone()).or_insert_with(|| {
+                            build(&mut demands, known, def, min_count, replicas, now_unix)
+                        });
+                        for instance in &mut entry.instances {
+                            adjust(instance, def, min_count, now_unix);
+                            gangs.push(Arc::clone(&instance.gang));
+                        }
+                        problems.extend(entry.problems.iter().cloned());
+                    }
+                    Policy::Basic => {
+                        for pod in replica_pods(demands.objects, group, replicas) {
+                            if pod.node_name().is_none() && !pod.is_gated() {
+                                let (demand, issues) = demands.of(pod);
+                                problems.extend(pod_problems(pod, &issues));
+                                ungrouped.push((full_name(pod), PodDemand::clone(&demand)));
+                            }
+                        }
+                    }
+                },
+                Err(index) => {
+                    if let Some(&at) = position.get(&(object, *index)) {
+                        let held = &mut problems[at].held_out;
+                        held.extend(replica_pods(demands.objects, group, replicas).map(full_name));
+                    }
+                }
+            }
+        }
+        let mut missing: BTreeMap<(ObjectRef, Issue), Vec<String>> = BTreeMap::new();
+        for (group, replicas) in members.iter() {
+            if candidates.contains_key(group) {
+                continue;
+            }
+            let slot = missing_ref(group, |namespace, workload| {
+                workloads
+                    .get(&(namespace.to_owned(), workload.to_owned()))
+                    .and_then(|v| v.last())
+                    .map(String::as_str)
+            });
+            missing
+                .entry(slot)
+                .or_default()
+                .extend(replica_pods(demands.objects, group, Some(replicas)).map(full_name));
+        }
+        for key in unlinked_pending.iter() {
+            if let Some(pod) = demands.objects.pod_arc(key) {
+                let (demand, issues) = demands.of(pod);
+                problems.extend(pod_problems(pod, &issues));
+                ungrouped.push((full_name(pod), PodDemand::clone(&demand)));
+            }
+        }
+        for ((object, issue), pods) in missing {
+            let mut problem = Problem::new(object, issue);
+            problem.held_out = pods;
+            problems.push(problem);
+        }
+        for problem in &mut problems {
+            problem.held_out.sort();
+        }
+        problems.sort();
+        gangs.sort_by(|a, b| a.id.cmp(&b.id));
+        ungrouped.sort_by(|a, b| a.0.cmp(&b.0));
+        self.trim_interner();
+        GangView {
+            gangs,
+            ungrouped_pending: ungrouped,
+            problems,
+        }
+    }
+
+    /// Drops interned demands no pod holds any more, once the table has doubled.
+    fn trim_interner(&mut self) {
+        if self.interner.len() > 2 * self.interner_floor.max(64) {
+            self.interner.retain(|d| Arc::strong_count(d) > 1);
+            self.interner_floor = self.interner.len();
+        }
+    }
+}
+
+/// Demand resolution with its cache and the interning table.
+struct Demands<'a> {
+    objects: &'a ObjectSet,
+    resolved: &'a mut HashMap<PodKey, Resolved>,
+    interner: &'a mut HashSet<Arc<PodDemand>>,
+    generation: u64,
+}
+
+impl Demands<'_> {
+    /// The demand of `pod` and the issues found resolving it.
+    fn of(&mut self, pod: &CompactPod) -> (Arc<PodDemand>, Box<[Issue]>) {
+        if let Some(r) = self.resolved.get(pod.key())
+            && r.generation.is_none_or(|g| g == self.generation)
+        {
+            return (Arc::clone(&r.demand), r.issues.clone());
+        }
+        let (demand, issues) = resolve(pod, self.objects);
+        let demand = match self.interner.get(&demand) {
+            Some(shared) => Arc::clone(shared),
+            None => {
+                let shared = Arc::new(demand);
+                self.interner.insert(Arc::clone(&shared));
+                shared
+            }
+        };
+        let issues = issues.into_boxed_slice();
+        let generation = (!pod.demand.volumes.is_empty()).then_some(self.generation);
+        self.resolved.insert(
+            pod.key().clone(),
+            Resolved {
+                generation,
+                demand: Arc::clone(&demand),
+                issues: issues.clone(),
+            },
+        );
+        (demand, issues)
+    }
+}
+
+/// What `object`'s adapter reads: its problems and the groups it defines (or breaks).
+fn read(object: &GangObject) -> (Readings, Vec<(GroupKey, Known)>) {
+    let source = ObjectRef::new(
+        Some(object.api_version()),
+        object.kind(),
+        object.namespace(),
+        object.name(),
+    );
+    let known = |rank, state| Known {
+        rank,
+        api_version: object.api_version().to_owned(),
+        kind: object.kind().to_owned(),
+        state,
+    };
+    let mut problems = Vec::new();
+    let mut candidates = Vec::new();
+    let Some((rank, adapter)) = adapters::for_api_version(object.api_version()) else {
+        problems.push(Problem::new(source, Issue::UnsupportedApiVersion));
+        if object.kind() == "PodGroup" {
+            let key = GroupKey::PodGroup {
+                namespace: object.namespace().to_owned(),
+                name: object.name().to_owned(),
+            };
+            candidates.push((key, known(usize::MAX, Err(0))));
+        }
+        return (readings(usize::MAX, problems, &candidates), candidates);
+    };
+    for reading in adapter.read(object) {
+        match reading {
+            Reading::Group(def) => candidates.push((def.key.clone(), known(rank, Ok(def)))),
+            Reading::Broken { key, issue } => {
+                candidates.push((key, known(rank, Err(problems.len()))));
+                problems.push(Problem::new(source.clone(), issue));
+            }
+            Reading::Problem(issue) => problems.push(Problem::new(source.clone(), issue)),
+        }
+    }
+    (readings(rank, problems, &candidates), candidates)
+}
+
+fn readings(rank: usize, problems: Vec<Problem>, candidates: &[(GroupKey, Known)]) -> Readings {
+    Readings {
+        rank,
+        problems,
+        keys: candidates.iter().map(|(k, _)| k.clone()).collect(),
+    }
+}
+
+/// The gangs of one group: one per replica key pods name, or one empty gang.
+fn build(
+    demands: &mut Demands<'_>,
+    known: &Known,
+    def: &GroupDef,
+    min_count: u32,
+    replicas: Option<&Replicas>,
+    now_unix: i64,
+) -> Built {
+    let mut problems = Vec::new();
+    let mut instances = Vec::new();
+    let namespace = group_namespace(&def.key);
+    let empty = BTreeSet::new();
+    let each: Vec<(Option<&str>, &BTreeSet<Box<str>>)> = match replicas {
+        Some(r) => r.iter().map(|(k, names)| (k.as_deref(), names)).collect(),
+        None => vec![(None, &empty)],
+    };
+    for (replica, names) in each {
+        let mut members: Members<'_> = Vec::with_capacity(names.len());
+        for name in names {
+            let key = PodKey {
+                namespace: namespace.into(),
+                name: name.clone(),
+            };
+            let Some(pod) = demands.objects.pod_arc(&key) else {
+                continue;
+            };
+            let (demand, issues) = demands.of(pod);
+            problems.extend(pod_problems(pod, &issues));
+            members.push((pod.as_ref(), demand));
+        }
+        let first_pod = members.iter().filter_map(|(p, _)| p.created_unix()).min();
+        let created_from_clock = def.created_unix.is_none() && first_pod.is_none();
+        let gang = build_gang(known, def, min_count, replica, members, now_unix);
+        instances.push(Instance {
+            gang: Arc::new(gang),
+            created_from_clock,
+        });
+    }
+    Built {
+        instances,
+        problems,
+    }
+}
+
+/// Brings what depends on the clock up to `now_unix`: whether the scheduled condition is
+/// still trusted, and the creation time of a gang that has none.
+fn adjust(instance: &mut Instance, def: &GroupDef, min_count: u32, now_unix: i64) {
+    let bound = usize::try_from(instance.gang.bound_count()).unwrap_or(usize::MAX);
+    let scheduled = def
+        .scheduled
+        .is_some_and(|c| trust_scheduled(c, bound, min_count, now_unix));
+    let clock = instance.created_from_clock && instance.gang.created_unix != now_unix;
+    if instance.gang.scheduled != scheduled || clock {
+        let gang = Arc::make_mut(&mut instance.gang);
+        gang.scheduled = scheduled;
+        if instance.created_from_clock {
+            gang.created_unix = now_unix;
+        }
+    }
+}
+
+fn group_namespace(key: &GroupKey) -> &str {
+    match key {
+        GroupKey::PodGroup { namespace, .. } | GroupKey::WorkloadPodGroup { namespace, .. } => {
+            namespace
+        }
+    }
+}
+
+/// The live pods naming `group`, in every replica.
+fn replica_pods<'a>(
+    objects: &'a ObjectSet,
+    group: &'a GroupKey,
+    replicas: Option<&'a Replicas>,
+) -> impl Iterator<Item = &'a CompactPod> + 'a {
+    let namespace = group_namespace(group);
+    replicas
+        .into_iter()
+        .flat_map(|r| r.values())
+        .flatten()
+        .filter_map(move |name| {
+            let key = PodKey {
+                namespace: namespace.into(),
+                name: name.clone(),
+            };
+            objects.pod_arc(&key).map(AsRef::as_ref)
+        })
+}
+
+fn full_name(pod: &CompactPod) -> String {
+    format!("{}/{}", pod.namespace(), pod.name())
+}
+
+fn pod_problems<'a>(
+    pod: &'a CompactPod,
+    issues: &'a [Issue],
+) -> impl Iterator<Item = Problem> + 'a {
+    issues.iter().map(move |issue| {
+        let object = ObjectRef::new(Some("v1"), "Pod", pod.namespace(), pod.name());
+        Problem::new(object, issue.clone())
+    })
+}
