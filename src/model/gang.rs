@@ -161,6 +161,7 @@ pub struct Member {
     pub node: Option<String>,
     /// What it needs; shared between members whose demand is identical (the members of a
     /// gang usually are), which keeps 100,000 members to a few distinct values.
+    #[serde(serialize_with = "shared")]
     pub demand: Arc<PodDemand>,
     /// The scheduler has recorded a verdict on the pod: a `PodScheduled` condition, False
     /// (any reason) or True. Cluster Autoscaler only scales up for pods marked
@@ -168,6 +169,11 @@ pub struct Member {
     pub verdict: bool,
     /// `spec.schedulerName`, when set and not `default-scheduler`.
     pub scheduler_name: Option<String>,
+}
+
+/// Serializes a shared value as the value itself.
+fn shared<T: Serialize, S: serde::Serializer>(value: &Arc<T>, s: S) -> Result<S::Ok, S::Error> {
+    T::serialize(value, s)
 }
 
 /// A gang in the internal model.
