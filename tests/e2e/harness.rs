@@ -180,6 +180,15 @@ impl Proc {
         }
     }
 
+    /// Its process id (to read `/proc/<pid>`).
+    #[allow(
+        dead_code,
+        reason = "the soak run reads gangscaler's /proc; the e2e tests do not"
+    )]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Fails the test if the process has exited.
     pub fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {

@@ -1,0 +1,183 @@
+//! A trace-driven soak with the real cluster-autoscaler: the e2e harness (a real control plane,
+//! kwok nodes, CA 1.36.1 built from `../shared/cluster-autoscaler`, gangscaler on the kwok
+//! backend) replays a gang trace written by `tests/soak/trace.py`, under one admission policy,
+//! and writes raw results for `tests/soak/report.py`.
+//!
+//! Not part of `cargo test` or CI: its one test is `#[ignore]`d. Run it with
+//! `scripts/soak.sh` (see `tests/soak/README.md`), or by hand:
+//! `SOAK_TRACE=trace.jsonl SOAK_POLICY=strict SOAK_RESULTS=dir cargo test --all-features
+//! --test soak -- --ignored --nocapture`.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a test run: abort loudly"
+)]
+
+#[allow(
+    dead_code,
+    reason = "shared with the e2e tests; the soak uses part of it"
+)]
+#[path = "../e2e/capi.rs"]
+mod capi;
+#[allow(
+    dead_code,
+    reason = "shared with the e2e tests; the soak uses part of it"
+)]
+#[path = "../e2e/chart.rs"]
+mod chart;
+#[path = "../common/mod.rs"]
+mod common;
+#[allow(
+    dead_code,
+    reason = "shared with the e2e tests; the soak uses part of it"
+)]
+#[path = "../e2e/harness.rs"]
+mod harness;
+mod probe;
+mod replay;
+#[allow(
+    dead_code,
+    reason = "shared with the e2e tests; the soak uses part of it"
+)]
+#[path = "../e2e/scenario.rs"]
+mod scenario;
+#[allow(
+    dead_code,
+    reason = "shared with the e2e tests; the soak uses part of it"
+)]
+#[path = "../e2e/support.rs"]
+mod support;
+mod trace;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use scenario::{Group, PROVISION_DELAY, Scenario, Setup};
+use support::{create_dynamic, create_gang_object, start_gangscaler, start_gangscaler_with_env};
+
+/// gangscaler's lifecycle settings for the soak: a 2 s loop, and timeouts that end a stuck
+/// scale-up within the run.
+const LIFECYCLE: &str = "{interval: 2s, formationTimeout: 10m, attachTimeout: 5m}";
+
+/// What the run reads from its environment.
+struct Config {
+    trace: PathBuf,
+    policy: String,
+    results: PathBuf,
+    minutes: Option<f64>,
+    tick: Duration,
+}
+
+impl Config {
+    fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let policy = var("SOAK_POLICY").unwrap_or_else(|| "strict".to_owned());
+        assert!(
+            ["strict", "roundUp", "off"].contains(&policy.as_str()),
+            "SOAK_POLICY is strict, roundUp or off, not {policy:?}"
+        );
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        Self {
+            trace: PathBuf::from(var("SOAK_TRACE").expect("SOAK_TRACE names the trace file")),
+            results: var("SOAK_RESULTS").map_or_else(
+                || repo.join("target/soak-results").join(&policy),
+                PathBuf::from,
+            ),
+            minutes: var("SOAK_MINUTES").map(|m| m.parse().expect("SOAK_MINUTES is a number")),
+            tick: Duration::from_secs_f64(
+                var("SOAK_TICK_SECONDS")
+                    .map_or(5.0, |s| s.parse().expect("SOAK_TICK_SECONDS is a number")),
+            ),
+            policy,
+        }
+    }
+}
+
+/// The kwok GPU groups of the trace: 8 × H100 nodes due 15 s after the request, the trace's
+/// CSI attach limit with the simulated attacher (1 s), and the pool label gangs select.
+fn groups(trace: &trace::Trace) -> Vec<Group> {
+    trace
+        .header
+        .groups
+        .iter()
+        .map(|g| {
+            Group::new(&g.id, g.max_size)
+                .csi(g.csi_limit)
+                .backend(&format!(
+                    "provisionDelay: {PROVISION_DELAY}, attach: {{delay: 1s}}"
+                ))
+                .extra(&format!("labels: {{{}: {}}}", replay::POOL_LABEL, g.pool))
+        })
+        .collect()
+}
+
+fn save(dir: &Path, name: &str, text: &str) {
+    harness::write(&dir.join(name), text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a soak of many minutes: scripts/soak.sh"]
+async fn soak_replays_the_trace_with_the_real_ca() {
+    let cfg = Config::from_env();
+    let trace = trace::load(&cfg.trace);
+    let minutes = cfg.minutes.unwrap_or(trace.header.minutes);
+    std::fs::create_dir_all(&cfg.results).unwrap();
+    // CA logs at --v=2 here (the e2e's --v=4 writes gigabytes at a thousand nodes).
+    let setup = Setup::new("soak", &cfg.policy, groups(&trace))
+        .lifecycle(LIFECYCLE)
+        .ca_flag("v", "2");
+    let s = Scenario::start(setup).await;
+    eprintln!(
+        "soak: {} gangs over {minutes} min under {}; logs in {}",
+        trace.gangs.len(),
+        cfg.policy,
+        s.cluster.dir.display()
+    );
+    s.sampler.begin();
+    let opts = replay::Options {
+        duration: Duration::from_secs_f64(minutes * 60.0),
+        tick: cfg.tick,
+        ca_every: Duration::from_secs(15),
+    };
+    let run = replay::run(&s, &trace, opts).await;
+    let sample = s.sampler.sample();
+    let ca_metrics = s.ca.metrics_text().await;
+    let gangscaler_metrics = s.gangscaler_metrics().await;
+    save(&cfg.results, "ca-metrics.txt", &ca_metrics);
+    save(&cfg.results, "gangscaler-metrics.txt", &gangscaler_metrics);
+    std::fs::copy(&s.audit, cfg.results.join("audit.jsonl")).expect("copying the audit log");
+    let report = scenario::audit_report(&s.audit);
+    save(
+        &cfg.results,
+        "audit-report.json",
+        &serde_json::to_string_pretty(&report).unwrap(),
+    );
+    let results = serde_json::json!({
+        "policy": cfg.policy,
+        "k8s": harness::Versions::load().minor,
+        "ca": s.ca.version,
+        "tracePath": cfg.trace,
+        "trace": trace.header_json,
+        "seed": trace.header.seed,
+        "minutes": minutes,
+        "gangscalerBin": support::gangscaler_bin(),
+        "idle": {
+            "seconds": sample.seconds,
+            "idleNodeSeconds": sample.idle_node_seconds,
+            "idleGpuSeconds": sample.idle_gpu_seconds,
+            "idleNodeMinutes": sample.idle_node_minutes(),
+            "maxNodes": sample.max_nodes,
+            "nodesSeen": sample.seen.len(),
+            "nodesRemoved": sample.removed.len(),
+        },
+        "replay": run,
+        "logs": s.cluster.dir,
+    });
+    save(
+        &cfg.results,
+        "results.json",
+        &serde_json::to_string_pretty(&results).unwrap(),
+    );
+    eprintln!("soak: results in {}", cfg.results.display());
+}
