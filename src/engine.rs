@@ -511,6 +511,11 @@ impl Engine {
         self.observe(g, "decrease_target", &result);
         let target = result?;
         info!(node_group.id = %g.id, delta, target, "target size decreased");
+        // CA withdrew requested nodes (they did not come in time, or are no longer needed):
+        // the gangs they were for may go to another group.
+        if let Some(admission) = &self.admission {
+            admission.release(g.id.as_str());
+        }
         Ok(target)
     }
 

@@ -377,3 +377,85 @@ async fn failed_instances_ca_deletes_before_the_lifecycle_reads_them_still_reach
             .is_empty()
     );
 }
+
+/// An engine over `groups` (memory backend) reading gangs from `objects`.
+async fn engine_of(groups: Vec<NodeGroupSpec>, objects: &str) -> Engine {
+    let set = ObjectSet::from_yaml_documents(objects).expect("fixture objects parse");
+    let provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
+    Engine::new(
+        testing::loaded(groups),
+        None,
+        provisioners,
+        Arc::new(Metrics::new()),
+    )
+    .await
+    .unwrap()
+    .with_admission(Policy::Strict, Arc::new(StaticObjects(set)))
+}
+
+#[tokio::test]
+async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fails_or_is_withdrawn()
+{
+    use gangscaler::model::{BackendSpec, ErrorCode, MemoryBackendSpec, SimulatedFailure};
+    let mut a = h100(8);
+    a.id = gangscaler::model::NodeGroupId::new("h100-a");
+    // Nodes requested here take an hour to be created, so CA can still withdraw them.
+    a.backend = BackendSpec::Memory(MemoryBackendSpec {
+        create_delay: std::time::Duration::from_secs(3600),
+        provision_delay: std::time::Duration::from_secs(3600),
+        failure: None,
+    });
+    let mut b = h100(8);
+    b.id = gangscaler::model::NodeGroupId::new("h100-b");
+    let objects = gang("train", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z");
+    let e = engine_of(vec![a, b], &objects).await;
+
+    // CA asks the first group, then the second for the same pods: the gang is provisioned
+    // once. The second call gets CA's own delta (no pending gang needs that group), not a
+    // second whole gang.
+    assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 2);
+    assert_eq!(
+        e.increase_size("h100-b", 1).await.unwrap(),
+        1,
+        "no second copy"
+    );
+
+    // CA withdraws the first group's nodes: the gang may go to the second.
+    e.decrease_target_size("h100-a", -2).await.unwrap();
+    assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 1 + 2);
+
+    // A stock-out on the second group (its instances fail) releases it the same way.
+    let e = engine_of(
+        vec![
+            {
+                let mut b = h100(8);
+                b.id = gangscaler::model::NodeGroupId::new("h100-b");
+                b
+            },
+            {
+                let mut a = h100(8);
+                a.id = gangscaler::model::NodeGroupId::new("h100-a");
+                a.backend = BackendSpec::Memory(MemoryBackendSpec {
+                    create_delay: std::time::Duration::ZERO,
+                    provision_delay: std::time::Duration::ZERO,
+                    failure: Some(SimulatedFailure {
+                        after_instances: 0,
+                        code: ErrorCode::Stockout,
+                    }),
+                });
+                a
+            },
+        ],
+        &objects,
+    )
+    .await;
+    assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 2);
+    assert_eq!(
+        e.increase_size("h100-b", 1).await.unwrap(),
+        1,
+        "still in flight"
+    );
+    let listed = e.nodes("h100-a").await.unwrap();
+    assert!(listed.iter().all(|i| i.error.is_some()), "{listed:?}");
+    assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 1 + 2);
+}

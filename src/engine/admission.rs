@@ -166,8 +166,9 @@ impl Admission {
     }
 
     /// Forgets the nodes requested on `group`: its instances failed (CA saw the failure in the
-    /// same `NodeGroupNodes` listing, and backs the group off), so the gangs they were for may
-    /// be admitted on another group.
+    /// same `NodeGroupNodes` listing, and backs the group off) or CA withdrew requested nodes
+    /// (`NodeGroupDecreaseTargetSize`), so the gangs they were for may be admitted on another
+    /// group.
     pub fn release(&self, group: &str) {
         let mut ledger = self
             .in_flight
