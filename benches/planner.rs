@@ -11,14 +11,13 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+mod common;
+
 use criterion::{Criterion, criterion_group, criterion_main};
-use gangscaler::model::quantity::Quantity;
 use gangscaler::model::{
-    Gang, GangRef, GpuSpec, Member, NodeGroupSpec, PodDemand, RdmaSpec, Taint, TaintEffect,
-    Toleration, TolerationOperator, labels,
+    Gang, GangRef, Member, NodeGroupSpec, PodDemand, Toleration, TolerationOperator, labels,
 };
 use gangscaler::planner::{self, AdmissionInput, NodeShape, Policy};
-use gangscaler::testing;
 
 const GROUPS: usize = 100;
 const GANGS: usize = 1_000;
@@ -27,43 +26,10 @@ const GI: u64 = 1 << 30;
 const EBS: &str = "ebs.csi.aws.com";
 const RACK: &str = "topology.gangscaler.io/rack";
 
-/// Group kinds, 25 of each: 8x H100, 8x A100, 4x L4 (GPU-tainted, RDMA on H100/A100), CPU.
+/// Group `i` of the shared fixture (kinds in turn 8x H100, 8x A100, 4x L4, CPU), maxSize 64.
 fn group(i: usize) -> NodeGroupSpec {
-    let kind = i % 4;
-    let mut g = testing::group(&format!("group-{i:03}"), 0, 64);
-    g.csi.insert(EBS.into(), 24);
-    g.topology.insert(RACK.into(), format!("rack-{i:03}"));
-    if kind == 3 {
-        return g;
-    }
-    let (gpus, product) = match kind {
-        0 => (8, "NVIDIA-H100-80GB-HBM3"),
-        1 => (8, "NVIDIA-A100-SXM4-80GB"),
-        _ => (4, "NVIDIA-L4"),
-    };
-    if let Some(c) = g.capacity.as_mut() {
-        c.cpu = Quantity::from_units(192);
-        c.memory = Quantity::from_units(2048 * GI);
-    }
-    g.gpu = Some(GpuSpec {
-        count: gpus,
-        product: product.into(),
-        memory: Quantity::from_units(80 * GI),
-        resource_name: labels::DEFAULT_GPU_RESOURCE.into(),
-    });
-    if kind < 2 {
-        g.rdma = Some(RdmaSpec {
-            resource_name: "rdma/rdma_shared_device_a".into(),
-            devices: 8,
-            bandwidth_gbps: 3200,
-            bandwidth_resource_name: labels::DEFAULT_RDMA_BANDWIDTH_RESOURCE.into(),
-        });
-    }
-    g.taints.push(Taint {
-        key: "nvidia.com/gpu".into(),
-        value: "present".into(),
-        effect: TaintEffect::NoSchedule,
-    });
+    let mut g = common::group(i);
+    g.max_size = 64;
     g
 }
 
