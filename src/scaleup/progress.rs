@@ -91,7 +91,7 @@ pub fn progress(
 }
 
 /// As [`progress`], for the given `gangs` only, with their disrupted members from
-/// `disrupted(namespace, gang name)` (the [`GangIndex`](crate::cluster::GangIndex) keeps
+/// `disrupted(namespace, gang name)` (the [`GangIndex`] keeps
 /// them). The lifecycle loop asks this for the gangs of open scale-ups: its cost follows them,
 /// not the cluster.
 pub fn progress_of<'g>(
