@@ -1,6 +1,10 @@
-//! Command line: `serve`, `validate`, `template`. One `run_*` function per command.
+//! Command line: `serve`, `validate`, `plan`, `template`, `audit`, `convert`,
+//! `webhook`. One `run_*`
+//! function per command.
 
 mod capacity;
+mod convert;
+mod webhook;
 
 use std::path::PathBuf;
 
@@ -202,6 +206,40 @@ pub enum Command {
         #[arg(long, short, value_enum, default_value_t = Output::Yaml)]
         output: Output,
     },
+    /// Convert manifests (Workloads, PodGroups, Pods and pod templates in Jobs, JobSets,
+    /// CronJobs, Deployments, StatefulSets and any `spec.template`) to another gang API
+    /// version. The result goes to standard output, a line per finding to standard error;
+    /// nothing is written when an object cannot be converted.
+    Convert {
+        /// Target version: v1alpha1 (Kubernetes 1.35), v1alpha2 (1.36) or v1beta1 (1.37).
+        #[arg(long, value_parser = parse_gang_api)]
+        to: crate::migrate::api::GangApi,
+        /// Manifest file (multi-document YAML); `-` for standard input.
+        #[arg(long, short = 'f', default_value = "-")]
+        file: PathBuf,
+        /// Fail, writing nothing, when the target cannot express something the input says.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Serve the compatibility webhook: link annotated pods the way the cluster's gang API
+    /// version expects and create their PodGroups (HTTPS, mutual TLS, AdmissionReview v1).
+    Webhook {
+        /// Listen address.
+        #[arg(long, default_value_t = crate::webhook::default_listen())]
+        listen: std::net::SocketAddr,
+        /// Serving certificate chain (PEM).
+        #[arg(long)]
+        tls_cert: PathBuf,
+        /// Serving private key (PEM).
+        #[arg(long)]
+        tls_key: PathBuf,
+        /// CA bundle the API server's client certificate must chain to (PEM).
+        #[arg(long)]
+        client_ca: PathBuf,
+        /// kubeconfig; default: KUBECONFIG, ~/.kube/config or in-cluster.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
     /// Read the audit log.
     Audit {
         /// What to do.
@@ -252,7 +290,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             .await
         }
         Command::Audit { command } => run_audit(command),
+        Command::Convert { to, file, strict } => convert::run(&file, to, strict),
+        Command::Webhook {
+            listen,
+            tls_cert,
+            tls_key,
+            client_ca,
+            kubeconfig,
+        } => {
+            let files = config::TlsFiles {
+                cert_file: tls_cert,
+                key_file: tls_key,
+                client_ca_file: client_ca,
+            };
+            webhook::run(listen, files, kubeconfig).await
+        }
     }
+}
+
+fn parse_gang_api(s: &str) -> Result<crate::migrate::api::GangApi, String> {
+    s.parse()
+        .map_err(|e: crate::migrate::api::UnknownVersion| e.to_string())
 }
 
 fn run_audit(command: AuditCommand) -> anyhow::Result<()> {

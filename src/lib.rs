@@ -4,8 +4,9 @@
 //! import points up:
 //!
 //! ```text
-//! main, cli  ─► server, engine, scaleup, audit, planner, cluster, config, provision,
-//!               telemetry, trace, model, yaml
+//! main, cli  ─► server, webhook, engine, scaleup, audit, planner, cluster, config,
+//!               provision, migrate, telemetry, trace, model, yaml
+//! webhook    ─► server (TLS, connections), migrate, config
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
 //!               leader, metrics, readiness, model
 //! grpc       ─► engine, provision, metrics, model
@@ -17,6 +18,7 @@
 //! config     ─► planner, model, yaml
 //! cluster    ─► model, yaml
 //! trace      ─► planner, model, yaml
+//! migrate    ─► yaml
 //! planner    ─► model
 //! leader     ─► config, metrics
 //! http       ─► metrics, readiness
@@ -45,6 +47,10 @@
 //!   shutdown.
 //! - [`metrics`], [`http`], [`telemetry`]: Prometheus families, `/metrics` and health
 //!   endpoints, logging.
+//! - [`migrate`]: the gang API versions as shapes and the manifest converter behind
+//!   `gangscaler convert`.
+//! - [`webhook`]: the compatibility webhook (`gangscaler webhook`): links annotated pods the
+//!   way the served gang API expects and creates their PodGroups.
 //! - [`readiness`]: the named conditions behind `/readyz` (serving, synced, leader, not
 //!   draining).
 
@@ -58,6 +64,7 @@ pub mod grpc;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod migrate;
 pub mod model;
 pub mod planner;
 pub mod provision;
@@ -68,6 +75,7 @@ pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 pub mod trace;
+pub mod webhook;
 pub mod yaml;
 
 /// Code generated from `proto/externalgrpc.proto`.

@@ -46,6 +46,7 @@ use crate::provision::kwok::KwokProvisioner;
 use crate::provision::memory::MemoryProvisioner;
 use crate::readiness::{Condition, Readiness};
 
+pub use conn::{Conn, incoming};
 pub use tls::{Polled, Tls};
 
 /// How often the kwok backend turns due capacity into nodes and runs its simulated attacher.

@@ -313,13 +313,28 @@ pub struct StreamError {
 /// # Errors
 /// The first malformed document or budget breach, with its document number.
 pub fn documents(text: &str, limits: &Limits) -> Result<Vec<Document>, StreamError> {
+    Ok(documents_as::<Value>(text, limits)?
+        .into_iter()
+        .map(|(number, value)| Document { number, value })
+        .collect())
+}
+
+/// [`documents`] into any deserializable type (an order-keeping tree, say), each with its
+/// 1-based document number.
+///
+/// # Errors
+/// The first malformed document or budget breach, with its document number.
+pub fn documents_as<T: serde::de::DeserializeOwned>(
+    text: &str,
+    limits: &Limits,
+) -> Result<Vec<(u32, T)>, StreamError> {
     if text.len() as u64 > limits.max_bytes {
         return Err(StreamError {
             document: 1,
             error: Error::too_large(text.len(), limits),
         });
     }
-    let parsed: Result<Vec<serde_saphyr::Spanned<Value>>, _> =
+    let parsed: Result<Vec<serde_saphyr::Spanned<T>>, _> =
         serde_saphyr::from_multiple_with_options(text, limits.options(true));
     match parsed {
         Ok(docs) => {
@@ -327,10 +342,7 @@ pub fn documents(text: &str, limits: &Limits) -> Result<Vec<Document>, StreamErr
             let starts = document_starts(text);
             Ok(docs
                 .into_iter()
-                .map(|d| Document {
-                    number: document_at(&starts, d.referenced.line()),
-                    value: d.value,
-                })
+                .map(|d| (document_at(&starts, d.referenced.line()), d.value))
                 .collect())
         }
         Err(e) => {

@@ -1,0 +1,417 @@
+//! The gang API versions as shapes: which link a pod carries, what a Workload's group entry
+//! and a PodGroup look like, and how a PodGroup is named after its Workload template. Shared
+//! by `convert` (manifests) and the compatibility webhook (live pods).
+//!
+//! Field names follow `k8s.io/api@v0.35.4` (`scheduling/v1alpha1`, `core/v1`
+//! `WorkloadReference`), `@v0.36.2` (`scheduling/v1alpha2`, `PodSchedulingGroup`) and
+//! `@v0.37.2` (`scheduling/v1beta1`; `v1alpha3` has the same Workload and PodGroup).
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::doc::Node;
+
+/// The `scheduling.k8s.io` API group.
+pub const GROUP: &str = "scheduling.k8s.io";
+
+/// Version-neutral pod annotation: the Workload the pod belongs to.
+pub const ANNOTATION_WORKLOAD: &str = "gang.gangscaler.io/workload";
+/// Version-neutral pod annotation: the pod-group template (1.35: the `podGroups[]` entry).
+pub const ANNOTATION_TEMPLATE: &str = "gang.gangscaler.io/pod-group";
+/// Version-neutral pod annotation: the replica key (optional).
+pub const ANNOTATION_REPLICA_KEY: &str = "gang.gangscaler.io/replica-key";
+
+/// A gang API shape gangscaler converts to and from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GangApi {
+    /// Kubernetes 1.35: `scheduling.k8s.io/v1alpha1`, Workload `podGroups[]`, pod
+    /// `spec.workloadRef`.
+    V1Alpha1,
+    /// Kubernetes 1.36: `scheduling.k8s.io/v1alpha2`, Workload `podGroupTemplates[]`,
+    /// standalone PodGroup with `podGroupTemplateRef`, pod `spec.schedulingGroup`.
+    V1Alpha2,
+    /// Kubernetes 1.37: `scheduling.k8s.io/v1beta1` (and `v1alpha3`), PodGroup
+    /// `workloadRef`, union `disruptionMode`, mutable `minCount`.
+    V1Beta1,
+}
+
+/// Every version gangscaler writes, oldest first.
+pub const ALL: [GangApi; 3] = [GangApi::V1Alpha1, GangApi::V1Alpha2, GangApi::V1Beta1];
+
+impl GangApi {
+    /// The version part (`v1alpha1`).
+    #[must_use]
+    pub fn version(self) -> &'static str {
+        match self {
+            Self::V1Alpha1 => "v1alpha1",
+            Self::V1Alpha2 => "v1alpha2",
+            Self::V1Beta1 => "v1beta1",
+        }
+    }
+
+    /// `scheduling.k8s.io/<version>`.
+    #[must_use]
+    pub fn api_version(self) -> String {
+        format!("{GROUP}/{}", self.version())
+    }
+
+    /// The Kubernetes minor that serves this version.
+    #[must_use]
+    pub fn minor(self) -> &'static str {
+        match self {
+            Self::V1Alpha1 => "1.35",
+            Self::V1Alpha2 => "1.36",
+            Self::V1Beta1 => "1.37",
+        }
+    }
+
+    /// The shape of an `apiVersion`: `v1alpha3` reads as `v1beta1` (same Workload and
+    /// PodGroup). `None` for anything else.
+    #[must_use]
+    pub fn of_api_version(api_version: &str) -> Option<Self> {
+        match api_version.strip_prefix(GROUP)?.strip_prefix('/')? {
+            "v1alpha1" => Some(Self::V1Alpha1),
+            "v1alpha2" => Some(Self::V1Alpha2),
+            "v1beta1" | "v1alpha3" => Some(Self::V1Beta1),
+            _ => None,
+        }
+    }
+
+    /// Whether this version has PodGroup objects (1.36 on).
+    #[must_use]
+    pub fn has_pod_groups(self) -> bool {
+        self != Self::V1Alpha1
+    }
+
+    /// The Workload field listing its groups.
+    #[must_use]
+    pub fn groups_field(self) -> &'static str {
+        match self {
+            Self::V1Alpha1 => "podGroups",
+            Self::V1Alpha2 | Self::V1Beta1 => "podGroupTemplates",
+        }
+    }
+
+    /// The policy field of a Workload group entry.
+    #[must_use]
+    pub fn policy_field(self) -> &'static str {
+        match self {
+            Self::V1Alpha1 => "policy",
+            Self::V1Alpha2 | Self::V1Beta1 => "schedulingPolicy",
+        }
+    }
+
+    /// The pod spec field linking a pod to its gang.
+    #[must_use]
+    pub fn pod_link_field(self) -> &'static str {
+        match self {
+            Self::V1Alpha1 => "workloadRef",
+            Self::V1Alpha2 | Self::V1Beta1 => "schedulingGroup",
+        }
+    }
+}
+
+impl fmt::Display for GangApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.version())
+    }
+}
+
+/// A version name that is not one gangscaler writes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown gang API version {0:?}: expected v1alpha1, v1alpha2 or v1beta1")]
+pub struct UnknownVersion(pub String);
+
+impl FromStr for GangApi {
+    type Err = UnknownVersion;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let version = s.strip_prefix("scheduling.k8s.io/").unwrap_or(s);
+        ALL.into_iter()
+            .find(|api| api.version() == version)
+            .ok_or_else(|| UnknownVersion(s.to_owned()))
+    }
+}
+
+/// Which gang a pod belongs to, in version-neutral terms: the Workload, its group template
+/// and the replica key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupLink {
+    /// The Workload's name.
+    pub workload: String,
+    /// The group template (1.35: the `podGroups[]` entry) name.
+    pub template: String,
+    /// The replica key; pods sharing one form one gang.
+    pub replica_key: Option<String>,
+}
+
+/// A PodGroup name that is not a valid object name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "PodGroup name {name:?} (workload {workload:?}, group {template:?}, replica key {replica_key:?}) is not a DNS subdomain: {why}"
+)]
+pub struct BadName {
+    /// The name that was built.
+    pub name: String,
+    /// Its Workload.
+    pub workload: String,
+    /// Its template.
+    pub template: String,
+    /// Its replica key, or empty.
+    pub replica_key: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+impl GroupLink {
+    /// The PodGroup that holds this gang from 1.36 on: `<workload>-<template>`, and
+    /// `-<replica key>` after it when there is one.
+    ///
+    /// # Errors
+    /// When the result is not a DNS subdomain (253 characters of `a-z0-9-.`, starting and
+    /// ending alphanumeric): a replica key with capitals or `_` cannot name an object.
+    pub fn pod_group_name(&self) -> Result<String, BadName> {
+        let mut name = format!("{}-{}", self.workload, self.template);
+        if let Some(key) = &self.replica_key {
+            name.push('-');
+            name.push_str(key);
+        }
+        match dns_subdomain(&name) {
+            Ok(()) => Ok(name),
+            Err(why) => Err(BadName {
+                name,
+                workload: self.workload.clone(),
+                template: self.template.clone(),
+                replica_key: self.replica_key.clone().unwrap_or_default(),
+                why,
+            }),
+        }
+    }
+
+    /// The link of a PodGroup named `name` that a Workload's `template` holds: the replica
+    /// key is what follows `<workload>-<template>-`; a PodGroup named otherwise keeps its
+    /// whole name as the key, so that distinct PodGroups stay distinct gangs.
+    #[must_use]
+    pub fn of_pod_group(workload: &str, template: &str, name: &str) -> Self {
+        let base = format!("{workload}-{template}");
+        let replica_key = if name == base {
+            None
+        } else {
+            Some(
+                name.strip_prefix(&base)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .filter(|rest| !rest.is_empty())
+                    .unwrap_or(name)
+                    .to_owned(),
+            )
+        };
+        Self {
+            workload: workload.to_owned(),
+            template: template.to_owned(),
+            replica_key,
+        }
+    }
+
+    /// The pod spec field and value linking a pod to this gang in `api`.
+    ///
+    /// # Errors
+    /// For 1.36 on, when the PodGroup name is not valid ([`GroupLink::pod_group_name`]).
+    pub fn pod_link(&self, api: GangApi) -> Result<(&'static str, Node), BadName> {
+        let value = match api {
+            GangApi::V1Alpha1 => {
+                let mut link = Node::map()
+                    .with("name", Node::str(&self.workload))
+                    .with("podGroup", Node::str(&self.template));
+                if let Some(key) = &self.replica_key {
+                    link.set("podGroupReplicaKey", Node::str(key));
+                }
+                link
+            }
+            GangApi::V1Alpha2 | GangApi::V1Beta1 => {
+                Node::map().with("podGroupName", Node::str(self.pod_group_name()?))
+            }
+        };
+        Ok((api.pod_link_field(), value))
+    }
+}
+
+/// Checks a DNS subdomain (RFC 1123): what Kubernetes requires of most object names.
+///
+/// # Errors
+/// Why it is not one.
+pub fn dns_subdomain(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("empty");
+    }
+    if name.len() > 253 {
+        return Err("longer than 253 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        return Err("only lowercase letters, digits, '-' and '.' are allowed");
+    }
+    let alnum = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if !alnum(name.bytes().next()) || !alnum(name.bytes().last()) {
+        return Err("must start and end with a letter or digit");
+    }
+    Ok(())
+}
+
+/// The `spec` of a PodGroup for `workload`'s group entry `template` (already in `api`'s
+/// shape): the reference to the template first, then the template's fields but its name.
+/// `None` for 1.35, which has no PodGroup.
+#[must_use]
+pub fn pod_group_spec(api: GangApi, workload: &str, template: &Node) -> Option<Node> {
+    let template_name = template.get_str("name").unwrap_or_default();
+    let mut spec = match api {
+        GangApi::V1Alpha1 => return None,
+        GangApi::V1Alpha2 => Node::map().with(
+            "podGroupTemplateRef",
+            Node::map().with(
+                "workload",
+                Node::map()
+                    .with("workloadName", Node::str(workload))
+                    .with("podGroupTemplateName", Node::str(template_name)),
+            ),
+        ),
+        GangApi::V1Beta1 => Node::map().with(
+            "workloadRef",
+            Node::map()
+                .with("workloadName", Node::str(workload))
+                .with("templateName", Node::str(template_name)),
+        ),
+    };
+    for (key, value) in template.entries().unwrap_or_default() {
+        if key != "name" && *value != Node::Null {
+            spec.set(key, value.clone());
+        }
+    }
+    Some(spec)
+}
+
+/// A whole PodGroup object for `link`, from its Workload's group entry `template` (in
+/// `api`'s shape). `None` for 1.35.
+///
+/// # Errors
+/// When the PodGroup name is not valid.
+pub fn pod_group(
+    api: GangApi,
+    namespace: Option<&str>,
+    link: &GroupLink,
+    template: &Node,
+) -> Result<Option<Node>, BadName> {
+    let Some(spec) = pod_group_spec(api, &link.workload, template) else {
+        return Ok(None);
+    };
+    let mut metadata = Node::map().with("name", Node::str(link.pod_group_name()?));
+    if let Some(ns) = namespace {
+        metadata.set("namespace", Node::str(ns));
+    }
+    Ok(Some(
+        Node::map()
+            .with("apiVersion", Node::str(api.api_version()))
+            .with("kind", Node::str("PodGroup"))
+            .with("metadata", metadata)
+            .with("spec", spec),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(w: &str, t: &str, k: Option<&str>) -> GroupLink {
+        GroupLink {
+            workload: w.into(),
+            template: t.into(),
+            replica_key: k.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn pod_group_names_carry_the_replica_key_and_read_back() {
+        for l in [
+            link("train", "workers", None),
+            link("train", "workers", Some("3")),
+        ] {
+            let name = l.pod_group_name().unwrap();
+            assert_eq!(GroupLink::of_pod_group("train", "workers", &name), l);
+        }
+        assert_eq!(
+            link("train", "workers", Some("0"))
+                .pod_group_name()
+                .unwrap(),
+            "train-workers-0"
+        );
+        // A PodGroup named by hand keeps its name as the replica key.
+        assert_eq!(
+            GroupLink::of_pod_group("train", "workers", "custom").replica_key,
+            Some("custom".into())
+        );
+    }
+
+    #[test]
+    fn a_replica_key_that_cannot_name_an_object_is_refused_naming_it() {
+        let err = link("train", "workers", Some("Rank_0"))
+            .pod_group_name()
+            .unwrap_err();
+        assert_eq!(err.name, "train-workers-Rank_0");
+        assert!(err.to_string().contains("Rank_0"), "{err}");
+        let long = "a".repeat(252);
+        assert!(link(&long, "w", None).pod_group_name().is_err());
+    }
+
+    #[test]
+    fn pod_links_per_version() {
+        let l = link("train", "workers", Some("1"));
+        let (field, value) = l.pod_link(GangApi::V1Alpha1).unwrap();
+        assert_eq!(field, "workloadRef");
+        assert_eq!(value.get_str("podGroupReplicaKey"), Some("1"));
+        for api in [GangApi::V1Alpha2, GangApi::V1Beta1] {
+            let (field, value) = l.pod_link(api).unwrap();
+            assert_eq!(field, "schedulingGroup");
+            assert_eq!(value.get_str("podGroupName"), Some("train-workers-1"));
+        }
+    }
+
+    #[test]
+    fn versions_parse_and_v1alpha3_reads_as_v1beta1() {
+        assert_eq!("v1alpha2".parse::<GangApi>().unwrap(), GangApi::V1Alpha2);
+        assert_eq!(
+            "scheduling.k8s.io/v1beta1".parse::<GangApi>().unwrap(),
+            GangApi::V1Beta1
+        );
+        assert!("v2".parse::<GangApi>().is_err());
+        assert_eq!(
+            GangApi::of_api_version("scheduling.k8s.io/v1alpha3"),
+            Some(GangApi::V1Beta1)
+        );
+        assert_eq!(GangApi::of_api_version("batch/v1"), None);
+    }
+
+    #[test]
+    fn pod_group_spec_references_the_template_in_each_shape() {
+        let template = Node::map()
+            .with("name", Node::str("workers"))
+            .with(
+                "schedulingPolicy",
+                Node::map().with("gang", Node::map().with("minCount", Node::Int(4))),
+            )
+            .with("priority", Node::Int(5));
+        assert!(pod_group_spec(GangApi::V1Alpha1, "train", &template).is_none());
+        let a2 = pod_group_spec(GangApi::V1Alpha2, "train", &template).unwrap();
+        assert_eq!(
+            a2.at(&["podGroupTemplateRef", "workload", "podGroupTemplateName"]),
+            Some(&Node::str("workers"))
+        );
+        assert_eq!(a2.get("priority"), Some(&Node::Int(5)));
+        assert!(a2.get("name").is_none());
+        let b1 = pod_group_spec(GangApi::V1Beta1, "train", &template).unwrap();
+        assert_eq!(
+            b1.at(&["workloadRef", "templateName"]),
+            Some(&Node::str("workers"))
+        );
+    }
+}
