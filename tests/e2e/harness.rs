@@ -244,6 +244,8 @@ struct Pki {
     ca: String,
     serving: (String, String),
     admin: (String, String),
+    /// The client certificate kube-apiserver presents to admission webhooks.
+    webhook_client: (String, String),
     sa_key: String,
     sa_pub: String,
 }
@@ -262,11 +264,18 @@ fn pki() -> Pki {
         &[],
         ExtendedKeyUsagePurpose::ClientAuth,
     );
+    let webhook_client = ca.leaf(
+        "kube-apiserver-webhook-client",
+        None,
+        &[],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
     let sa = KeyPair::generate().unwrap();
     Pki {
         ca: ca.pem(),
         serving,
         admin,
+        webhook_client,
         sa_key: sa.serialize_pem(),
         sa_pub: sa.public_key_pem(),
     }
@@ -326,6 +335,25 @@ impl Cluster {
         write(&dir.join("apiserver.key"), &p.serving.1);
         write(&dir.join("admin.crt"), &p.admin.0);
         write(&dir.join("admin.key"), &p.admin.1);
+        // kube-apiserver presents this certificate to every admission webhook (users entry
+        // `*`), so a webhook can require mutual TLS with `ca.crt` as its client CA.
+        write(&dir.join("webhook-client.crt"), &p.webhook_client.0);
+        write(&dir.join("webhook-client.key"), &p.webhook_client.1);
+        write(
+            &dir.join("webhook-kubeconfig"),
+            &format!(
+                "apiVersion: v1\nkind: Config\nusers:\n- name: \"*\"\n  user:\n    client-certificate: {}\n    client-key: {}\n",
+                dir.join("webhook-client.crt").display(),
+                dir.join("webhook-client.key").display(),
+            ),
+        );
+        write(
+            &dir.join("admission.yaml"),
+            &format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: MutatingAdmissionWebhook\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n",
+                dir.join("webhook-kubeconfig").display(),
+            ),
+        );
         write(&dir.join("sa.key"), &p.sa_key);
         write(&dir.join("sa.pub"), &p.sa_pub);
         let (etcd_client, etcd_peer, api_port) = (free_port(), free_port(), free_port());
@@ -381,6 +409,7 @@ impl Cluster {
             "--enable-priority-and-fairness=false",
             &format!("--feature-gates={gates}"),
             &format!("--runtime-config={}=true", versions.gang_api),
+            &format!("--admission-control-config-file={}", d("admission.yaml")),
             "--v=1",
         ]
         .into_iter()

@@ -36,6 +36,7 @@ mod capi;
 mod chart;
 mod deploy;
 mod harness;
+mod migrate;
 mod outage;
 mod scenario;
 mod support;

@@ -1,0 +1,354 @@
+//! The migration toolkit against the real API server of the row (`E2E_K8S_MINOR`):
+//! `gangscaler convert`'s output accepted by a server-side dry run, and the compatibility
+//! webhook called by kube-apiserver over mutual TLS, its pods then gang-scheduled by the real
+//! scheduler on nodes the real cluster-autoscaler added through gangscaler.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use gangscaler::migrate::api::GangApi;
+use gangscaler::migrate::convert::convert;
+use gangscaler::migrate::parse;
+use gangscaler::webhook::{ANNOTATION_REPLICA_KEY, ANNOTATION_TEMPLATE, ANNOTATION_WORKLOAD};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
+use kube::discovery::Scope;
+use rcgen::ExtendedKeyUsagePurpose;
+use serde_json::{Value, json};
+
+use super::ca_scaleup::assert_ca_made_the_calls;
+use super::harness::{Cluster, Proc, TestCa, Versions, eventually, free_port, write};
+use super::scenario::{GPU, GPUS_PER_NODE, Group, Scenario, Setup};
+use super::{create_dynamic, gangscaler_bin};
+
+fn row_api() -> GangApi {
+    Versions::load().gang_api.parse().unwrap()
+}
+
+/// Creates `object` (dry run or not) and returns what the API server answered, or its
+/// error; `None` when its API is not served here (a CRD that is not installed).
+async fn create(
+    client: &kube::Client,
+    object: &Value,
+    dry_run: bool,
+) -> Option<Result<DynamicObject, kube::Error>> {
+    let obj: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+    let tm = obj.types.clone().unwrap();
+    let (group, version) = tm
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", tm.api_version.as_str()));
+    let gvk = GroupVersionKind::gvk(group, version, &tm.kind);
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.ok()?;
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => {
+            let ns = obj.metadata.namespace.as_deref().unwrap_or("default");
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
+        Scope::Cluster => Api::all_with(client.clone(), &ar),
+    };
+    let params = PostParams {
+        dry_run,
+        ..PostParams::default()
+    };
+    Some(api.create(&params, &obj).await)
+}
+
+/// Every pod spec's gang link in `object` (its `workloadRef` or `schedulingGroup`).
+fn links(object: &Value, field: &str) -> Vec<Value> {
+    let mut found = Vec::new();
+    let mut stack = vec![object];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(map) => {
+                if let Some(link) = map.get(field).filter(|_| map.contains_key("containers")) {
+                    found.push(link.clone());
+                }
+                stack.extend(map.values());
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    found
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn converted_manifests_are_accepted_by_the_rows_api_server() {
+    let to = row_api();
+    let cluster = Cluster::start("convert-dry-run").await;
+    let client = cluster.client().await;
+    for ns in ["ml", "research"] {
+        create_dynamic(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/convert/input");
+    let mut inputs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    inputs.sort();
+    let mut checked = 0;
+    let mut skipped = Vec::new();
+    for path in &inputs {
+        let name = path.display().to_string();
+        let docs = parse(&std::fs::read_to_string(path).unwrap(), &name).unwrap();
+        let conversion = convert(&docs, to);
+        assert!(
+            !conversion.has_errors(),
+            "{name}: {:?}",
+            conversion.findings
+        );
+        for doc in &conversion.documents {
+            let object = doc.to_json();
+            let kind = object["kind"].as_str().unwrap().to_owned();
+            // A PodGroup must name an existing Workload, so Workloads are created for real;
+            // everything else only in a dry run.
+            let dry_run = kind != "Workload";
+            let Some(created) = create(&client, &object, dry_run).await else {
+                skipped.push(format!("{kind} {}", object["apiVersion"]));
+                continue;
+            };
+            let created = created.unwrap_or_else(|e| {
+                panic!(
+                    "{name}: the {to} API server refused {kind} {}: {e}",
+                    object["metadata"]["name"]
+                )
+            });
+            // The API server drops a gang link field whose feature gate is off: it must have
+            // kept every one.
+            let field = to.pod_link_field();
+            let sent = links(&object, field);
+            let kept = links(&serde_json::to_value(&created).unwrap(), field);
+            assert_eq!(
+                sent, kept,
+                "{name}: {kind}'s {field} links as sent and as admitted"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 12, "objects checked: {checked}");
+    assert!(
+        skipped.iter().all(|s| s.starts_with("JobSet ")),
+        "only the JobSet CRD is absent from this control plane: {skipped:?}"
+    );
+    // The unconverted manifest of another version is not accepted here: the conversion is
+    // what makes it fit.
+    let other = inputs
+        .iter()
+        .find(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            !text.contains(&format!("scheduling.k8s.io/{}", to.version()))
+        })
+        .unwrap();
+    let docs = parse(&std::fs::read_to_string(other).unwrap(), "other").unwrap();
+    let workload = docs
+        .iter()
+        .map(|d| d.node.to_json())
+        .find(|v| v["kind"] == "Workload")
+        .unwrap();
+    let refused = create(&client, &workload, true).await;
+    assert!(
+        !matches!(refused, Some(Ok(_))),
+        "{} accepted a Workload of {}",
+        to.minor(),
+        workload["apiVersion"]
+    );
+}
+
+/// The webhook process (`gangscaler webhook`) with a serving certificate from its own CA and
+/// the control plane's CA as its client CA; returns it, its port and its CA (PEM).
+fn start_webhook(cluster: &Cluster) -> (Proc, u16, String) {
+    let dir = cluster.dir.join("webhook");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = TestCa::new("gangscaler-webhook-ca");
+    let (cert, key) = ca.leaf(
+        "gangscaler-webhook",
+        None,
+        &["127.0.0.1", "localhost"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    write(&dir.join("tls.crt"), &cert);
+    write(&dir.join("tls.key"), &key);
+    let port = free_port();
+    let mut cmd = Command::new(gangscaler_bin());
+    cmd.args([
+        "webhook",
+        &format!("--listen=127.0.0.1:{port}"),
+        &format!("--tls-cert={}", dir.join("tls.crt").display()),
+        &format!("--tls-key={}", dir.join("tls.key").display()),
+        &format!("--client-ca={}", cluster.dir.join("ca.crt").display()),
+        &format!("--kubeconfig={}", cluster.kubeconfig.display()),
+    ]);
+    (
+        Proc::spawn_logged("gangscaler-webhook", &cluster.dir, cmd),
+        port,
+        ca.pem(),
+    )
+}
+
+fn base64(pem: &str) -> String {
+    gangscaler::webhook::review::base64(pem.as_bytes())
+}
+
+/// An annotated pod: `train-<i>` of Workload `train`, group `workers`, asking a whole node.
+fn annotated_pod(name: &str, replica_key: Option<&str>) -> Value {
+    let mut annotations = json!({ANNOTATION_WORKLOAD: "train", ANNOTATION_TEMPLATE: "workers"});
+    if let Some(k) = replica_key {
+        annotations[ANNOTATION_REPLICA_KEY] = json!(k);
+    }
+    let gpus = GPUS_PER_NODE.to_string();
+    json!({"apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+    "spec": {
+        "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"name": "train", "image": "example.invalid/train:1",
+            "resources": {"requests": {"cpu": "4", GPU: gpus}, "limits": {GPU: gpus}}}]
+    }})
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_ca_scales_for_them()
+{
+    let to = row_api();
+    let setup = Setup::new("webhook-gang", "strict", vec![Group::new("gpu", 4)]);
+    let s = Scenario::start(setup).await;
+    let (mut webhook, port, ca) = start_webhook(&s.cluster);
+    create_dynamic(
+        &s.client,
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "gangscaler-gang-links"},
+            "webhooks": [{
+                "name": "gang-links.gangscaler.io",
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate"), "caBundle": base64(&ca)},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods"], "scope": "Namespaced"}],
+                "matchConditions": [{"name": "gang-annotated",
+                    "expression": format!("has(object.metadata.annotations) && '{ANNOTATION_WORKLOAD}' in object.metadata.annotations")}],
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "NoneOnDryRun",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+            }]
+        }),
+    )
+    .await;
+    let workload = if to == GangApi::V1Alpha1 {
+        json!({"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 4}}}]})
+    } else {
+        json!({"podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"gang": {"minCount": 4}}}]})
+    };
+    create_dynamic(
+        &s.client,
+        json!({"apiVersion": to.api_version(), "kind": "Workload",
+               "metadata": {"name": "train", "namespace": "default"}, "spec": workload}),
+    )
+    .await;
+    let field = to.pod_link_field();
+
+    // A dry run gets its link but leaves no PodGroup behind (sideEffects: NoneOnDryRun).
+    // The API server picks the webhook configuration up within a few seconds.
+    let dry = eventually(
+        "the webhook links a dry-run pod",
+        Duration::from_secs(30),
+        || async {
+            let created = create(&s.client, &annotated_pod("train-dry", Some("dry")), true)
+                .await
+                .unwrap()
+                .ok()?;
+            let spec = serde_json::to_value(&created).unwrap()["spec"].clone();
+            spec.get(field).cloned()
+        },
+    )
+    .await;
+    let pod_groups = to.has_pod_groups().then(|| {
+        let ar = kube::api::ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "scheduling.k8s.io",
+            to.version(),
+            "PodGroup",
+        ));
+        Api::<DynamicObject>::namespaced_with(s.client.clone(), "default", &ar)
+    });
+    if let Some(pgs) = &pod_groups {
+        assert_eq!(dry, json!({"podGroupName": "train-workers-dry"}));
+        assert!(
+            pgs.get_opt("train-workers-dry").await.unwrap().is_none(),
+            "a dry run created a PodGroup"
+        );
+    } else {
+        assert_eq!(
+            dry,
+            json!({"name": "train", "podGroup": "workers", "podGroupReplicaKey": "dry"})
+        );
+    }
+
+    // A pod that names a Workload that does not exist is refused, naming it.
+    let mut stray = annotated_pod("stray-0", None);
+    stray["metadata"]["annotations"][ANNOTATION_WORKLOAD] = json!("missing");
+    let refused = create(&s.client, &stray, false).await.unwrap();
+    if to.has_pod_groups() {
+        let err = refused.expect_err("a pod of a missing Workload was admitted");
+        assert!(
+            err.to_string().contains("Workload default/missing"),
+            "{err}"
+        );
+    }
+
+    s.sampler.begin();
+    for i in 0..4 {
+        create_dynamic(&s.client, annotated_pod(&format!("train-{i}"), None)).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(s.client.clone(), "default");
+    for i in 0..4 {
+        let pod = serde_json::to_value(pods.get(&format!("train-{i}")).await.unwrap()).unwrap();
+        let want = match to {
+            GangApi::V1Alpha1 => json!({"name": "train", "podGroup": "workers"}),
+            _ => json!({"podGroupName": "train-workers"}),
+        };
+        assert_eq!(pod["spec"][field], want, "train-{i}'s link");
+    }
+    if let Some(pgs) = &pod_groups {
+        let pg = pgs.get("train-workers").await.unwrap();
+        let owner = &pg.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("Workload", "train")
+        );
+        assert_eq!(
+            pg.data["spec"]["schedulingPolicy"],
+            json!({"gang": {"minCount": 4}})
+        );
+    }
+
+    let nodes = s.wait_running("train", 4, Duration::from_secs(180)).await;
+    assert_eq!(nodes.len(), 4, "one member per node: {nodes:?}");
+    let (_, decisions) = assert_ca_made_the_calls(&s, "gpu");
+    assert!(
+        decisions.iter().all(|d| d.target + d.applied_delta <= 4),
+        "never more than the gang's four nodes: {decisions:?}"
+    );
+    webhook.assert_running();
+    let log = std::fs::read_to_string(s.cluster.dir.join("gangscaler-webhook.log")).unwrap();
+    for i in 0..4 {
+        let linked = format!("pod linked namespace=\"default\" pod=\"train-{i}\"");
+        assert_eq!(
+            log.matches(&linked).count(),
+            1,
+            "train-{i} linked once: {log}"
+        );
+    }
+    if to.has_pod_groups() {
+        // Four pods, one PodGroup: the first pod created it, the others found it.
+        let created = "created PodGroup namespace=\"default\" pod_group=train-workers workload";
+        assert_eq!(log.matches(created).count(), 1, "{log}");
+    }
+    webhook.stop();
+}
