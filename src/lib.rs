@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! main, cli  ─► server, engine, scaleup, audit, planner, cluster, config, provision,
-//!               telemetry, trace, model, yaml
+//!               doctor, telemetry, trace, model, yaml
+//! doctor     ─► provision, model, yaml
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
 //!               leader, metrics, readiness, model
 //! grpc       ─► engine, provision, metrics, model
@@ -45,6 +46,8 @@
 //!   shutdown.
 //! - [`metrics`], [`http`], [`telemetry`]: Prometheus families, `/metrics` and health
 //!   endpoints, logging.
+//! - [`doctor`]: `gangscaler doctor`: reads the cluster and the components' flags into a
+//!   plain record and checks it, purely, for readiness for gang admission.
 //! - [`readiness`]: the named conditions behind `/readyz` (serving, synced, leader, not
 //!   draining).
 
@@ -52,6 +55,7 @@ pub mod audit;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod doctor;
 pub mod engine;
 pub mod events;
 pub mod grpc;
