@@ -1,6 +1,7 @@
 //! Command line: `serve`, `validate`, `template`. One `run_*` function per command.
 
 mod capacity;
+mod doctor;
 
 use std::path::PathBuf;
 
@@ -208,6 +209,10 @@ pub enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Report whether the live cluster is ready for gang admission: served gang API, gates,
+    /// component versions and skew, CSI attach limits, CA flags that hurt gangs, known traps,
+    /// and the flags to turn it on and roll it back. Exits 1 when a check is `error`.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Runs the parsed command.
@@ -252,6 +257,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             .await
         }
         Command::Audit { command } => run_audit(command),
+        Command::Doctor(args) => doctor::run(args).await,
     }
 }
 
