@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
-use tracing::{debug, info};
+use tracing::debug;
 
 use super::checks::{GROUP, link_field};
 use super::flags::{self, Flag, Version};
@@ -84,12 +84,23 @@ where
     }
 }
 
-/// A short message for a failed call: the API status reason and message when there is one.
+/// A short message for a failed call: the API status message and reason when there is one,
+/// else the error with its causes.
 fn describe(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} ({})", s.message, s.reason),
-        other => other.to_string(),
+    if let kube::Error::Api(s) = e {
+        return format!("{} ({})", s.message, s.reason);
     }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Reads everything from the cluster behind `client`, beside what `given` holds.
@@ -100,7 +111,7 @@ pub async fn observe(client: &kube::Client, given: Given) -> Observed {
             Version::from_info(&info.major, &info.minor, &info.git_version)
                 .ok_or_else(|| format!("unreadable version {:?}", info.git_version))
         });
-    info!(
+    debug!(
         kubernetes.version = server.as_ref().map_or("unknown", |v| v.text.as_str()),
         "read the API server's version"
     );
@@ -232,7 +243,7 @@ async fn dry_run(client: &kube::Client, namespace: &str, field: &str) -> PodLink
         Err(e) => failed(e),
         Ok(answer) => {
             let kept = link_kept(field, &answer.data);
-            info!(pod.field = field, kept, namespace, "dry-run pod create");
+            debug!(pod.field = field, kept, namespace, "dry-run pod create");
             if kept {
                 PodLink::Kept {
                     field: field.to_owned(),
