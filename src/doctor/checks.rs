@@ -84,6 +84,9 @@ pub fn link_field(version: &Version) -> Option<&'static str> {
     }
 }
 
+/// kube-scheduler's gates: `None` without its flags, `Err` when `--feature-gates` does not read.
+type SchedulerGates = Option<Result<std::collections::BTreeMap<String, bool>, String>>;
+
 /// The cluster's minor, when the server version was read and is 1.x.
 fn server_minor(o: &Observed) -> Option<u32> {
     o.server
@@ -133,9 +136,7 @@ pub fn report(o: &Observed) -> Report {
 
 /// kube-scheduler's `--feature-gates`, when its flags are known: `None` without flags, the
 /// parse error when they do not read.
-fn scheduler_gates(
-    o: &Observed,
-) -> Option<Result<std::collections::BTreeMap<String, bool>, String>> {
+fn scheduler_gates(o: &Observed) -> SchedulerGates {
     o.scheduler
         .flags
         .as_ref()
@@ -150,11 +151,7 @@ fn gate_word(on: Option<bool>) -> &'static str {
     }
 }
 
-fn facts(
-    o: &Observed,
-    api: Option<&GangApi>,
-    scheduler_gates: &Option<Result<std::collections::BTreeMap<String, bool>, String>>,
-) -> Facts {
+fn facts(o: &Observed, api: Option<&GangApi>, scheduler_gates: &SchedulerGates) -> Facts {
     let served = o.served.clone().unwrap_or_default();
     let mut gates = std::collections::BTreeMap::new();
     if let Some(api) = api {
@@ -319,11 +316,7 @@ fn served_api(o: &Observed, api: Option<&GangApi>) -> Row {
     Row::new(ID, Status::Ok, found, "")
 }
 
-fn generic_workload(
-    o: &Observed,
-    api: Option<&GangApi>,
-    scheduler_gates: &Option<Result<std::collections::BTreeMap<String, bool>, String>>,
-) -> Row {
+fn generic_workload(o: &Observed, api: Option<&GangApi>, scheduler_gates: &SchedulerGates) -> Row {
     const ID: &str = "gate/GenericWorkload";
     let (Some(api), Ok(served)) = (api, &o.served) else {
         return Row::new(
@@ -408,10 +401,7 @@ fn pod_link(o: &Observed, api: Option<&GangApi>) -> Row {
     }
 }
 
-fn gang_scheduling(
-    minor: Option<u32>,
-    scheduler_gates: &Option<Result<std::collections::BTreeMap<String, bool>, String>>,
-) -> Row {
+fn gang_scheduling(minor: Option<u32>, scheduler_gates: &SchedulerGates) -> Row {
     const ID: &str = "gate/GangScheduling";
     let Some(minor) = minor.filter(|m| (35..=37).contains(m)) else {
         return Row::new(ID, Status::Unknown, "the cluster's minor is unknown", "");
