@@ -2,6 +2,7 @@
 //! CA flags and scheduler flags this harness runs with: the served gang API is the row's, the
 //! gates it enables are inferred on, the pod link survives a server-side dry run, the 1.37
 //! scheduler trap is seen as worked around, and the enable lines are the row's own gates.
+//! Then the same without any flags file: the components are found in kube-system.
 
 use std::path::Path;
 use std::process::Command;
@@ -180,5 +181,80 @@ async fn doctor_reads_the_rows_gang_api_gates_and_traps_from_a_live_cluster() {
             .unwrap()
             .starts_with(&format!("--runtime-config={}=false", versions.gang_api)),
         "{api_off}"
+    );
+
+    // Without flags files or versions, doctor finds both components in kube-system, as a
+    // kubeadm cluster runs them: a CA Deployment and a pod labelled component=kube-scheduler.
+    let client = cluster.client().await;
+    let mut sched_command = vec![
+        "kube-scheduler".to_owned(),
+        format!("--feature-gates={}", versions.gates),
+    ];
+    if versions.scheduler_profile == "no-dra" {
+        sched_command.push(format!("--config={}", path(&dir.join("scheduler.yaml"))));
+    }
+    let objects = [
+        serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "cluster-autoscaler", "namespace": "kube-system"},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "cluster-autoscaler"}},
+                "template": {
+                    "metadata": {"labels": {"app": "cluster-autoscaler"}},
+                    "spec": {"containers": [{
+                        "name": "cluster-autoscaler",
+                        "image": format!("registry.k8s.io/autoscaling/cluster-autoscaler:v{}", versions.ca),
+                        "command": ["./cluster-autoscaler"],
+                        "args": flags,
+                    }]},
+                },
+            },
+        }),
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "kube-scheduler-cp", "namespace": "kube-system",
+                         "labels": {"component": "kube-scheduler", "tier": "control-plane"}},
+            "spec": {"containers": [{
+                "name": "kube-scheduler",
+                "image": format!("registry.k8s.io/kube-scheduler:{}", versions.k8s),
+                "command": sched_command,
+            }]},
+        }),
+    ];
+    for o in objects {
+        super::create_dynamic(&client, o).await;
+    }
+    let (code, stdout, stderr) = doctor(vec![
+        "--kubeconfig".to_owned(),
+        path(&cluster.kubeconfig),
+        "-o".to_owned(),
+        "json".to_owned(),
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["facts"]["caVersion"], format!("v{}", versions.ca));
+    assert_eq!(json["facts"]["schedulerVersion"], versions.k8s.as_str());
+    let ca_flags = row(&json, "ca-flags");
+    assert!(
+        ca_flags["found"]
+            .as_str()
+            .unwrap()
+            .contains("kube-system/deployment/cluster-autoscaler"),
+        "{ca_flags}"
+    );
+    assert_eq!(row(&json, "ca-flag/expander")["status"], "ok");
+    assert_eq!(row(&json, "gate/GangScheduling")["status"], "ok");
+    assert_eq!(
+        row(&json, "trap/scheduler-dra-podgroup-postfilter")["status"],
+        "ok"
+    );
+    assert!(
+        row(&json, "scheduler-version")["found"]
+            .as_str()
+            .unwrap()
+            .contains("kube-system/pod/kube-scheduler-cp image tag"),
+        "{json:#}"
     );
 }
