@@ -422,8 +422,9 @@ fn gang_scheduling(minor: Option<u32>, scheduler_gates: &SchedulerGates) -> Row 
         return match gates.and_then(|g| g.get("GangScheduling")) {
             Some(_) => Row::new(
                 ID,
-                Status::Warn,
-                "set in kube-scheduler's flags, but 1.37 merged GangScheduling into GenericWorkload",
+                Status::Error,
+                "set in kube-scheduler's flags, but 1.37 has no GangScheduling gate (merged into \
+                 GenericWorkload): a component given an unknown gate refuses to start",
                 "remove GangScheduling from every component's --feature-gates",
             ),
             None => Row::new(

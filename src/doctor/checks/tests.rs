@@ -333,7 +333,7 @@ fn gang_scheduling_needs_the_schedulers_flags_before_1_37_and_is_gone_after() {
     o.scheduler.flags = Some(flags_of(
         "--feature-gates=GenericWorkload=true,GangScheduling=true\n--config=/etc/sched.yaml",
     ));
-    assert_eq!(status(&o, "gate/GangScheduling"), Status::Warn);
+    assert_eq!(status(&o, "gate/GangScheduling"), Status::Error);
     o.server = Err("down".to_owned());
     assert_eq!(status(&o, "gate/GangScheduling"), Status::Unknown);
 }
