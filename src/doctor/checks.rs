@@ -3,13 +3,16 @@
 
 mod autoscaler;
 mod csi;
+mod lines;
 mod traps;
+mod versions;
 
 pub use csi::group_of;
+pub use lines::lines_for;
 pub use traps::disables_dynamic_resources;
 
 use super::flags::{self, Version};
-use super::{ComponentFlags, Facts, Lines, Observed, PodLink, Report, Row, Status};
+use super::{Facts, Observed, PodLink, Report, Row, Status};
 
 /// The API group of Workload, PodGroup and CompositePodGroup.
 pub const GROUP: &str = "scheduling.k8s.io";
@@ -107,8 +110,8 @@ pub fn report(o: &Observed) -> Report {
         generic_workload(o, api, &scheduler_gates),
         pod_link(o, api),
         gang_scheduling(minor, &scheduler_gates),
-        scheduler_version(o),
-        ca_version(o),
+        versions::scheduler(o),
+        versions::autoscaler(o),
     ];
     rows.extend(csi::rows(o));
     rows.extend(autoscaler::rows(o));
@@ -263,6 +266,7 @@ fn apiserver_enable(api: &GangApi) -> String {
     )
 }
 
+/// `Gate=on,...` for every gate of `api`.
 fn gates_value(api: &GangApi, on: bool) -> String {
     api.gates
         .iter()
@@ -469,164 +473,6 @@ fn gang_scheduling(minor: Option<u32>, scheduler_gates: &SchedulerGates) -> Row 
                 }
             ),
             "kube-scheduler --feature-gates=GenericWorkload=true,GangScheduling=true",
-        ),
-    }
-}
-
-fn scheduler_version(o: &Observed) -> Row {
-    const ID: &str = "scheduler-version";
-    let Some(found) = &o.scheduler.version else {
-        let why =
-            o.scheduler.lookup.clone().unwrap_or_else(|| {
-                "no kube-system pod labelled component=kube-scheduler".to_owned()
-            });
-        return Row::new(
-            ID,
-            Status::Unknown,
-            format!("not given; {why}"),
-            "pass --scheduler-version (or --scheduler-flags)",
-        );
-    };
-    let v = &found.value;
-    let Ok(server) = &o.server else {
-        return Row::new(
-            ID,
-            Status::Unknown,
-            format!("{v} ({}); kube-apiserver's version unknown", found.source),
-            "",
-        );
-    };
-    if (v.major, v.minor) == (server.major, server.minor) {
-        return Row::new(
-            ID,
-            Status::Ok,
-            format!("{v} ({}), the API server's minor", found.source),
-            "",
-        );
-    }
-    let theirs = gang_api(v.minor).map_or_else(
-        || "a gang API".to_owned(),
-        |a| format!("{} (pods' {})", a.group_version(), a.link_path),
-    );
-    Row::new(
-        ID,
-        Status::Error,
-        format!(
-            "{v} ({}) against kube-apiserver {server}: the scheduler reads {theirs} of its own \
-             minor, and each minor serves a different gang API",
-            found.source
-        ),
-        format!("run kube-scheduler {}", server.minor_string()),
-    )
-}
-
-fn ca_version(o: &Observed) -> Row {
-    const ID: &str = "ca-version";
-    let Some(found) = &o.ca.version else {
-        let why = o.ca.lookup.clone().unwrap_or_else(|| {
-            "no kube-system Deployment or pod with a cluster-autoscaler image".to_owned()
-        });
-        return Row::new(
-            ID,
-            Status::Unknown,
-            format!("not given; {why}"),
-            "pass --ca-version",
-        );
-    };
-    let v = &found.value;
-    let Ok(server) = &o.server else {
-        return Row::new(
-            ID,
-            Status::Unknown,
-            format!("{v} ({}); kube-apiserver's version unknown", found.source),
-            "",
-        );
-    };
-    let at = format!("{v} ({}) against kube-apiserver {server}", found.source);
-    if v.major != server.major {
-        return Row::new(ID, Status::Error, at, "run CA of the API server's minor");
-    }
-    match i64::from(server.minor) - i64::from(v.minor) {
-        0 => Row::new(ID, Status::Ok, format!("{at}: same minor"), ""),
-        1 => Row::new(
-            ID,
-            Status::Warn,
-            format!(
-                "{at}: one minor behind; CA is supported for its own minor only (gangscaler's \
-                 e2e runs CA 1.36.1 against 1.37: CA sees gang members as plain pods)"
-            ),
-            format!(
-                "upgrade CA to {} once it is released",
-                server.minor_string()
-            ),
-        ),
-        _ => Row::new(
-            ID,
-            Status::Error,
-            format!("{at}: outside CA's support (the same minor)"),
-            format!("run CA {}", server.minor_string()),
-        ),
-    }
-}
-
-/// The enable and roll-back flags for `api`'s minor.
-pub fn lines_for(api: &GangApi) -> Lines {
-    let gv = api.group_version();
-    let on = format!("--feature-gates={}", gates_value(api, true));
-    let off = format!("--feature-gates={}", gates_value(api, false));
-    let c = |component: &str, flags: Vec<String>, note: &str| ComponentFlags {
-        component: component.to_owned(),
-        flags,
-        note: note.to_owned(),
-    };
-    let api_on = vec![on.clone(), format!("--runtime-config={gv}=true")];
-    let mut api_off = vec![off.clone(), format!("--runtime-config={gv}=false")];
-    let api_note = if api.minor == 37 {
-        api_off[1].push_str(&format!(",{GROUP}/v1alpha3=false"));
-        "first; CompositePodGroup also needs scheduling.k8s.io/v1alpha3=true and the gates \
-         CompositePodGroup=true,TopologyAwareWorkloadScheduling=true"
-    } else {
-        "first: the API and the pod field"
-    };
-    let sched_note = if api.minor == 37 {
-        "gang scheduling follows GenericWorkload from 1.37"
-    } else {
-        "GangScheduling is the scheduler's gang plugin"
-    };
-    let ca_note = "no flag or gate gives CA gang semantics: run it with \
-                   --cloud-provider=externalgrpc against gangscaler";
-    Lines {
-        minor: format!("1.{}", api.minor),
-        enable: vec![
-            c("kube-apiserver", api_on, api_note),
-            c(
-                "kube-controller-manager",
-                vec![on.clone()],
-                "the same gates on every component",
-            ),
-            c("kube-scheduler", vec![on], sched_note),
-            c("cluster-autoscaler", Vec::new(), ca_note),
-        ],
-        rollback: vec![
-            c(
-                "kube-scheduler",
-                vec![off.clone()],
-                "first: gangs are then scheduled pod by pod",
-            ),
-            c("kube-controller-manager", vec![off.clone()], ""),
-            c("kube-apiserver", api_off, "last"),
-            c(
-                "cluster-autoscaler",
-                Vec::new(),
-                "nothing; gangscaler's admission.policy: off passes CA's asks through unchanged",
-            ),
-        ],
-        warning: format!(
-            "with {gv} off, its Workloads and PodGroups stay in etcd but cannot be read or \
-             written through the API until it is on again; with GenericWorkload off, \
-             kube-apiserver drops {} from pods written meanwhile, so they lose their gang \
-             link. Let running gangs finish first.",
-            api.link_path
         ),
     }
 }
