@@ -1,9 +1,9 @@
-//! Command line: `serve`, `validate`, `plan`, `template`, `audit`, `convert`,
-//! `webhook`. One `run_*`
-//! function per command.
+//! Command line: `serve`, `validate`, `plan`, `template`, `audit`, `convert`, `doctor`,
+//! `webhook`. One `run_*` function per command.
 
 mod capacity;
 mod convert;
+mod doctor;
 mod webhook;
 
 use std::path::PathBuf;
@@ -246,6 +246,10 @@ pub enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Report whether the live cluster is ready for gang admission: served gang API, gates,
+    /// component versions and skew, CSI attach limits, CA flags that hurt gangs, known traps,
+    /// and the flags to turn it on and roll it back. Exits 1 when a check is `error`.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Runs the parsed command.
@@ -305,6 +309,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             webhook::run(listen, files, kubeconfig).await
         }
+        Command::Doctor(args) => doctor::run(args).await,
     }
 }
 

@@ -5,8 +5,9 @@
 //!
 //! ```text
 //! main, cli  ─► server, webhook, engine, scaleup, audit, planner, cluster, config,
-//!               provision, migrate, telemetry, trace, model, yaml
+//!               provision, migrate, doctor, telemetry, trace, model, yaml
 //! webhook    ─► server (TLS, connections), migrate, config
+//! doctor     ─► provision, model, yaml
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
 //!               leader, metrics, readiness, model
 //! grpc       ─► engine, provision, metrics, model
@@ -51,6 +52,8 @@
 //!   `gangscaler convert`.
 //! - [`webhook`]: the compatibility webhook (`gangscaler webhook`): links annotated pods the
 //!   way the served gang API expects and creates their PodGroups.
+//! - [`doctor`]: `gangscaler doctor`: reads the cluster and the components' flags into a
+//!   plain record and checks it, purely, for readiness for gang admission.
 //! - [`readiness`]: the named conditions behind `/readyz` (serving, synced, leader, not
 //!   draining).
 
@@ -58,6 +61,7 @@ pub mod audit;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod doctor;
 pub mod engine;
 pub mod events;
 pub mod grpc;

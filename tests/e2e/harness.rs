@@ -662,7 +662,7 @@ pub const CA_SCAN_INTERVAL: &str = "2s";
 
 /// CA's flags for a test: loopback, no leader election, a short loop, fast scale-down and
 /// backoff so that scenarios finish in minutes; verbosity 4 (decisions, not every RPC).
-fn autoscaler_flags(
+pub fn autoscaler_flags(
     kubeconfig: &Path,
     cloud_config: &Path,
     metrics_port: u16,

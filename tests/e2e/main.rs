@@ -7,6 +7,8 @@
 //!   `docs/e2e-results.md`.
 //! - `alone`: gangscaler without CA (the kwok backend, the cluster view, and gangscaler's own
 //!   side of the gRPC contract).
+//! - `doctor`: `gangscaler doctor` against the row's control plane, with the harness's own CA
+//!   and scheduler flags.
 //! - `outage`: gangscaler alone while kube-apiserver is stopped and started again.
 //! - `deploy`: the Helm chart (`chart.rs`) applied to the API server; gangscaler under the
 //!   chart's ServiceAccount, with every permission, and without one. Every CA-driven scenario
@@ -35,6 +37,7 @@ mod ca_wire;
 mod capi;
 mod chart;
 mod deploy;
+mod doctor;
 mod harness;
 mod migrate;
 mod outage;

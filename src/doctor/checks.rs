@@ -1,0 +1,481 @@
+//! The report builder: [`report`] turns an [`Observed`] into rows, with no I/O. One function
+//! per check; the gang-API facts per Kubernetes minor are the table [`GANG_APIS`].
+
+mod autoscaler;
+mod csi;
+mod lines;
+mod traps;
+mod versions;
+
+pub use csi::group_of;
+pub use lines::lines_for;
+pub use traps::disables_dynamic_resources;
+
+use super::flags::{self, Version};
+use super::{Facts, Observed, PodLink, Report, Row, Status};
+
+/// The API group of Workload, PodGroup and CompositePodGroup.
+pub const GROUP: &str = "scheduling.k8s.io";
+
+/// The gang resources doctor looks for in discovery.
+pub const GANG_RESOURCES: [&str; 3] = ["workloads", "podgroups", "compositepodgroups"];
+
+/// The gang-scheduling API of one Kubernetes minor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GangApi {
+    /// The minor, e.g. 36 for 1.36.
+    pub minor: u32,
+    /// The version that carries the gang objects, e.g. `v1alpha2`.
+    pub version: &'static str,
+    /// The resources that version must serve.
+    pub resources: &'static [&'static str],
+    /// The pod field that links a pod to its gang.
+    pub link_field: &'static str,
+    /// How a pod names its gang, for the report.
+    pub link_path: &'static str,
+    /// The feature gates gang admission needs on every control-plane component.
+    pub gates: &'static [&'static str],
+}
+
+impl GangApi {
+    /// `scheduling.k8s.io/<version>`.
+    pub fn group_version(&self) -> String {
+        format!("{GROUP}/{}", self.version)
+    }
+}
+
+/// The gang API of 1.35, 1.36 and 1.37 (k8s.io/api v0.35.4, v0.36.2, v0.37.2).
+pub const GANG_APIS: [GangApi; 3] = [
+    GangApi {
+        minor: 35,
+        version: "v1alpha1",
+        resources: &["workloads"],
+        link_field: "workloadRef",
+        link_path: "spec.workloadRef",
+        gates: &["GenericWorkload", "GangScheduling"],
+    },
+    GangApi {
+        minor: 36,
+        version: "v1alpha2",
+        resources: &["workloads", "podgroups"],
+        link_field: "schedulingGroup",
+        link_path: "spec.schedulingGroup.podGroupName",
+        gates: &["GenericWorkload", "GangScheduling"],
+    },
+    GangApi {
+        minor: 37,
+        version: "v1beta1",
+        resources: &["workloads", "podgroups"],
+        link_field: "schedulingGroup",
+        link_path: "spec.schedulingGroup.podGroupName",
+        gates: &["GenericWorkload"],
+    },
+];
+
+/// The gang API of Kubernetes 1.`minor`, if doctor knows it.
+pub fn gang_api(minor: u32) -> Option<&'static GangApi> {
+    GANG_APIS.iter().find(|a| a.minor == minor)
+}
+
+/// The pod field (`spec.<field>`) the dry run sends on Kubernetes `version`: `workloadRef` on
+/// 1.35, `schedulingGroup` from 1.36 on (assumed for later minors); none before 1.35.
+pub fn link_field(version: &Version) -> Option<&'static str> {
+    match (version.major, version.minor) {
+        (1, 35) => Some("workloadRef"),
+        (1, m) if m >= 36 => Some("schedulingGroup"),
+        _ => None,
+    }
+}
+
+/// kube-scheduler's gates: `None` without its flags, `Err` when `--feature-gates` does not read.
+type SchedulerGates = Option<Result<std::collections::BTreeMap<String, bool>, String>>;
+
+/// The cluster's minor, when the server version was read and is 1.x.
+fn server_minor(o: &Observed) -> Option<u32> {
+    o.server
+        .as_ref()
+        .ok()
+        .filter(|v| v.major == 1)
+        .map(|v| v.minor)
+}
+
+/// Builds the report: every check in a fixed order, the enable and roll-back lines, and facts.
+pub fn report(o: &Observed) -> Report {
+    let minor = server_minor(o);
+    let api = minor.and_then(gang_api);
+    let scheduler_gates = scheduler_gates(o);
+    let mut rows = vec![
+        apiserver_version(o),
+        served_api(o, api),
+        generic_workload(o, api, &scheduler_gates),
+        pod_link(o, api),
+        gang_scheduling(minor, &scheduler_gates),
+        versions::scheduler(o),
+        versions::autoscaler(o),
+    ];
+    rows.extend(csi::rows(o));
+    rows.extend(autoscaler::rows(o));
+    rows.extend(traps::rows(o, minor));
+    let lines = api.map(lines_for);
+    rows.push(match &lines {
+        Some(l) => Row::new(
+            "enable-lines",
+            Status::Ok,
+            format!(
+                "enable and roll-back flags for {} are listed below",
+                l.minor
+            ),
+            "",
+        ),
+        None => Row::new(
+            "enable-lines",
+            Status::Unknown,
+            "no enable lines: the cluster's minor is unknown or not 1.35-1.37",
+            "",
+        ),
+    });
+    Report::new(rows, lines, facts(o, api, &scheduler_gates))
+}
+
+/// kube-scheduler's `--feature-gates`, when its flags are known: `None` without flags, the
+/// parse error when they do not read.
+fn scheduler_gates(o: &Observed) -> SchedulerGates {
+    o.scheduler
+        .flags
+        .as_ref()
+        .map(|f| flags::feature_gates(&f.value).map_err(|e| format!("{}: {e}", f.source)))
+}
+
+fn gate_word(on: Option<bool>) -> &'static str {
+    match on {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "unknown",
+    }
+}
+
+fn facts(o: &Observed, api: Option<&GangApi>, scheduler_gates: &SchedulerGates) -> Facts {
+    let served = o.served.clone().unwrap_or_default();
+    let mut gates = std::collections::BTreeMap::new();
+    if let Some(api) = api {
+        gates.insert(
+            "GenericWorkload".to_owned(),
+            gate_word(
+                o.served
+                    .as_ref()
+                    .ok()
+                    .map(|s| serves(s, api.version, "workloads")),
+            )
+            .to_owned(),
+        );
+        if api.gates.contains(&"GangScheduling") {
+            let on = match scheduler_gates {
+                Some(Ok(g)) => Some(g.get("GangScheduling").copied().unwrap_or(false)),
+                _ => None,
+            };
+            gates.insert("GangScheduling".to_owned(), gate_word(on).to_owned());
+        }
+    }
+    let (pod_link_field, pod_link_kept) = match &o.pod_link {
+        PodLink::NotProbed(_) => (None, None),
+        PodLink::Kept { field } => (Some(field.clone()), Some(true)),
+        PodLink::Dropped { field } => (Some(field.clone()), Some(false)),
+        PodLink::Failed { field, .. } => (Some(field.clone()), None),
+    };
+    Facts {
+        kubernetes_version: o.server.as_ref().ok().map(|v| v.text.clone()),
+        expected_gang_api: api.map(GangApi::group_version),
+        served,
+        gates,
+        pod_link_field,
+        pod_link_kept,
+        scheduler_version: o.scheduler.version.as_ref().map(|v| v.value.text.clone()),
+        ca_version: o.ca.version.as_ref().map(|v| v.value.text.clone()),
+    }
+}
+
+/// Whether `version` of the group serves `resource`.
+fn serves(served: &[super::ServedVersion], version: &str, resource: &str) -> bool {
+    served
+        .iter()
+        .any(|s| s.version == version && s.resources.iter().any(|r| r == resource))
+}
+
+fn apiserver_version(o: &Observed) -> Row {
+    const ID: &str = "apiserver-version";
+    match &o.server {
+        Err(e) => Row::new(
+            ID,
+            Status::Error,
+            format!("cannot read kube-apiserver's /version: {e}"),
+            "check --kubeconfig and that the API server is reachable",
+        ),
+        Ok(v) if v.major != 1 || v.minor < 35 => Row::new(
+            ID,
+            Status::Error,
+            format!("{v}: no gang-scheduling API before Kubernetes 1.35"),
+            "upgrade the control plane to 1.35 or later",
+        ),
+        Ok(v) => match gang_api(v.minor) {
+            Some(api) => Row::new(
+                ID,
+                Status::Ok,
+                format!(
+                    "{v}: its gang API is {} (pods link with {})",
+                    api.group_version(),
+                    api.link_path
+                ),
+                "",
+            ),
+            None => Row::new(
+                ID,
+                Status::Warn,
+                format!("{v}: doctor knows the gang API of 1.35-1.37 only"),
+                "check the checks below against this release's notes",
+            ),
+        },
+    }
+}
+
+/// `v1alpha2 (workloads, podgroups)` for every gang version served.
+fn describe_served(served: &[super::ServedVersion]) -> String {
+    let gang: Vec<String> = served
+        .iter()
+        .filter_map(|s| {
+            let rs: Vec<&str> = s
+                .resources
+                .iter()
+                .map(String::as_str)
+                .filter(|r| GANG_RESOURCES.contains(r))
+                .collect();
+            (!rs.is_empty()).then(|| format!("{} ({})", s.version, rs.join(", ")))
+        })
+        .collect();
+    if gang.is_empty() {
+        format!("{GROUP} serves no Workload, PodGroup or CompositePodGroup")
+    } else {
+        format!("{GROUP} serves {}", gang.join("; "))
+    }
+}
+
+fn apiserver_enable(api: &GangApi) -> String {
+    format!(
+        "kube-apiserver --feature-gates={} --runtime-config={}=true",
+        gates_value(api, true),
+        api.group_version()
+    )
+}
+
+/// `Gate=on,...` for every gate of `api`.
+fn gates_value(api: &GangApi, on: bool) -> String {
+    api.gates
+        .iter()
+        .map(|g| format!("{g}={on}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn served_api(o: &Observed, api: Option<&GangApi>) -> Row {
+    const ID: &str = "gang-api";
+    let served = match &o.served {
+        Err(e) => {
+            return Row::new(
+                ID,
+                Status::Unknown,
+                format!("API discovery of {GROUP} failed: {e}"),
+                "",
+            );
+        }
+        Ok(s) => s,
+    };
+    let found = describe_served(served);
+    let Some(api) = api else {
+        return Row::new(ID, Status::Unknown, found, "");
+    };
+    let missing: Vec<&str> = api
+        .resources
+        .iter()
+        .copied()
+        .filter(|r| !serves(served, api.version, r))
+        .collect();
+    if !missing.is_empty() {
+        return Row::new(
+            ID,
+            Status::Error,
+            format!(
+                "{found}; 1.{} needs {} serving {}",
+                api.minor,
+                api.group_version(),
+                missing.join(", ")
+            ),
+            apiserver_enable(api),
+        );
+    }
+    let mut found = format!("{found}; expected {}", api.group_version());
+    if api.minor == 37 && !serves(served, "v1alpha3", "compositepodgroups") {
+        found.push_str(
+            "; v1alpha3 CompositePodGroup not served (optional: gangscaler does not model it)",
+        );
+    }
+    Row::new(ID, Status::Ok, found, "")
+}
+
+fn generic_workload(o: &Observed, api: Option<&GangApi>, scheduler_gates: &SchedulerGates) -> Row {
+    const ID: &str = "gate/GenericWorkload";
+    let (Some(api), Ok(served)) = (api, &o.served) else {
+        return Row::new(
+            ID,
+            Status::Unknown,
+            "cannot infer: the minor or the served API is unknown",
+            "",
+        );
+    };
+    if !serves(served, api.version, "workloads") {
+        return Row::new(
+            ID,
+            Status::Error,
+            format!(
+                "off on kube-apiserver, or its API version is off: {} serves no workloads",
+                api.group_version()
+            ),
+            apiserver_enable(api),
+        );
+    }
+    let scheduler = match scheduler_gates {
+        None => "kube-scheduler's gates unknown (--scheduler-flags)".to_owned(),
+        Some(Err(e)) => {
+            return Row::new(
+                ID,
+                Status::Error,
+                format!("kube-apiserver on; kube-scheduler's --feature-gates do not read: {e}"),
+                "fix kube-scheduler's --feature-gates",
+            );
+        }
+        Some(Ok(g)) if g.get("GenericWorkload") == Some(&true) => "on in kube-scheduler".to_owned(),
+        Some(Ok(_)) => {
+            return Row::new(
+                ID,
+                Status::Error,
+                "on in kube-apiserver (it serves workloads), off in kube-scheduler's flags (default off)",
+                format!("kube-scheduler --feature-gates={}", gates_value(api, true)),
+            );
+        }
+    };
+    Row::new(
+        ID,
+        Status::Ok,
+        format!(
+            "on in kube-apiserver ({} serves workloads); {scheduler}",
+            api.group_version()
+        ),
+        "",
+    )
+}
+
+fn pod_link(o: &Observed, api: Option<&GangApi>) -> Row {
+    const ID: &str = "pod-link-field";
+    let ns = &o.namespace;
+    let fix = api.map_or_else(
+        || "turn GenericWorkload on in kube-apiserver".to_owned(),
+        |a| format!("kube-apiserver --feature-gates={}", gates_value(a, true)),
+    );
+    match &o.pod_link {
+        PodLink::NotProbed(why) => Row::new(ID, Status::Unknown, format!("not probed: {why}"), ""),
+        PodLink::Kept { field } => Row::new(
+            ID,
+            Status::Ok,
+            format!("a server-side dry-run create of a pod in {ns} kept spec.{field}"),
+            "",
+        ),
+        PodLink::Dropped { field } => Row::new(
+            ID,
+            Status::Error,
+            format!(
+                "a server-side dry-run create of a pod in {ns} dropped spec.{field}: GenericWorkload \
+                 is off for the pod field, so pods lose their gang link and schedule one by one"
+            ),
+            fix,
+        ),
+        PodLink::Failed { field, error } => Row::new(
+            ID,
+            Status::Unknown,
+            format!("the dry-run create of a pod with spec.{field} in {ns} failed: {error}"),
+            "pass --namespace of a namespace where you may create pods",
+        ),
+    }
+}
+
+fn gang_scheduling(minor: Option<u32>, scheduler_gates: &SchedulerGates) -> Row {
+    const ID: &str = "gate/GangScheduling";
+    let Some(minor) = minor.filter(|m| (35..=37).contains(m)) else {
+        return Row::new(ID, Status::Unknown, "the cluster's minor is unknown", "");
+    };
+    let gates = match scheduler_gates {
+        Some(Ok(g)) => Some(g),
+        Some(Err(e)) => {
+            return Row::new(
+                ID,
+                Status::Error,
+                format!("kube-scheduler's --feature-gates do not read: {e}"),
+                "fix kube-scheduler's --feature-gates",
+            );
+        }
+        None => None,
+    };
+    if minor >= 37 {
+        return match gates.and_then(|g| g.get("GangScheduling")) {
+            Some(_) => Row::new(
+                ID,
+                Status::Error,
+                "set in kube-scheduler's flags, but 1.37 has no GangScheduling gate (merged into \
+                 GenericWorkload): a component given an unknown gate refuses to start",
+                "remove GangScheduling from every component's --feature-gates",
+            ),
+            None => Row::new(
+                ID,
+                Status::Ok,
+                "merged into GenericWorkload in 1.37: nothing to set",
+                "",
+            ),
+        };
+    }
+    let upgrade = "before upgrading to 1.37 remove GangScheduling from every --feature-gates (merged into GenericWorkload)";
+    let Some(gates) = gates else {
+        return Row::new(
+            ID,
+            Status::Unknown,
+            "a kube-scheduler gate the API server cannot reveal",
+            "pass --scheduler-flags FILE (kube-scheduler's command line) to check it",
+        );
+    };
+    match (gates.get("GangScheduling"), gates.get("GenericWorkload")) {
+        (Some(true), Some(true)) => Row::new(
+            ID,
+            Status::Ok,
+            "on in kube-scheduler's flags (with GenericWorkload)",
+            upgrade,
+        ),
+        (Some(true), _) => Row::new(
+            ID,
+            Status::Error,
+            "on in kube-scheduler's flags, but GangScheduling needs GenericWorkload, which is off",
+            "kube-scheduler --feature-gates=GenericWorkload=true,GangScheduling=true",
+        ),
+        (on, _) => Row::new(
+            ID,
+            Status::Error,
+            format!(
+                "{} in kube-scheduler's flags: the scheduler places gang members one by one",
+                if on.is_some() {
+                    "off"
+                } else {
+                    "not set (default off)"
+                }
+            ),
+            "kube-scheduler --feature-gates=GenericWorkload=true,GangScheduling=true",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

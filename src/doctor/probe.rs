@@ -1,0 +1,463 @@
+//! The edge of `doctor`: reads the live cluster (version, discovery, a server-side dry run,
+//! kube-system components, Nodes and CSINodes) and the files named on the command line into
+//! an [`Observed`]. A failed cluster read is kept in `Observed` as its message, never raised.
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use serde_json::{Value, json};
+use tracing::debug;
+
+use super::checks::{GROUP, link_field};
+use super::flags::{self, Flag, Version};
+use super::{
+    Component, CsiDriverSeen, CsiNodeSeen, Error, Found, NodeSeen, Observed, PodLink, ProviderSeen,
+    Read, Result, SchedulerConfig, ServedVersion,
+};
+use crate::model::labels;
+
+/// How long one API call may take before its check is reported as unknown.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Where kube-scheduler and Cluster Autoscaler run when they run as pods.
+pub const SYSTEM_NAMESPACE: &str = "kube-system";
+
+/// Name prefix of the dry-run pod (never stored: the create is a server-side dry run).
+pub const PROBE_POD_PREFIX: &str = "gangscaler-doctor-";
+
+/// What the command line gave, beside the cluster.
+#[derive(Debug, Clone, Default)]
+pub struct Given {
+    /// Namespace of the dry-run pod.
+    pub namespace: String,
+    /// kube-scheduler's version and flags, as given.
+    pub scheduler: Component,
+    /// Cluster Autoscaler's version and flags, as given.
+    pub ca: Component,
+    /// gangscaler's configuration, if `--config` was given.
+    pub provider: Option<ProviderSeen>,
+}
+
+/// Reads a flags file named by `flag` (`--ca-flags`, `--scheduler-flags`).
+///
+/// # Errors
+/// [`Error::FlagsFile`] when the file cannot be read, [`Error::FlagsText`] when it holds no
+/// flags or a word that is not one.
+pub fn read_flags_file(flag: &'static str, path: &Path) -> Result<Found<Vec<Flag>>> {
+    let text = crate::yaml::read_file(path, &crate::yaml::CONFIG)
+        .map_err(|source| Error::FlagsFile { flag, source })?;
+    let parsed = flags::parse(&text).map_err(|message| Error::FlagsText {
+        flag,
+        path: path.display().to_string(),
+        message,
+    })?;
+    Ok(Found::new(parsed, path.display().to_string()))
+}
+
+/// Reads a version given as `flag`'s value.
+///
+/// # Errors
+/// [`Error::BadVersion`] naming the flag and the value.
+pub fn parse_version(flag: &'static str, value: &str) -> Result<Version> {
+    Version::parse(value).ok_or_else(|| Error::BadVersion {
+        flag,
+        value: value.to_owned(),
+    })
+}
+
+async fn call<T, F>(what: &str, fut: F) -> Read<T>
+where
+    F: Future<Output = std::result::Result<T, kube::Error>>,
+{
+    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            debug!(call = what, error = %e, "cluster read failed");
+            Err(describe(&e))
+        }
+        Err(_) => Err(format!("timed out after {}s", CALL_TIMEOUT.as_secs())),
+    }
+}
+
+/// A short message for a failed call: the API status message and reason when there is one,
+/// else the error with its causes.
+fn describe(e: &kube::Error) -> String {
+    if let kube::Error::Api(s) = e {
+        return format!("{} ({})", s.message, s.reason);
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Reads everything from the cluster behind `client`, beside what `given` holds.
+pub async fn observe(client: &kube::Client, given: Given) -> Observed {
+    let server = call("version", client.apiserver_version())
+        .await
+        .and_then(|info| {
+            Version::from_info(&info.major, &info.minor, &info.git_version)
+                .ok_or_else(|| format!("unreadable version {:?}", info.git_version))
+        });
+    debug!(
+        kubernetes.version = server.as_ref().map_or("unknown", |v| v.text.as_str()),
+        "read the API server's version"
+    );
+    let served = discover(client).await;
+    let pod_link = match &server {
+        Err(_) => PodLink::NotProbed("kube-apiserver's version is unknown".to_owned()),
+        Ok(v) => match link_field(v) {
+            None => PodLink::NotProbed(format!("{v} has no gang link field on pods")),
+            Some(field) => dry_run(client, &given.namespace, field).await,
+        },
+    };
+    let mut scheduler = given.scheduler;
+    if scheduler.version.is_none() || scheduler.flags.is_none() {
+        find_scheduler(client, &mut scheduler).await;
+    }
+    let scheduler_config = scheduler
+        .flags
+        .as_ref()
+        .and_then(|f| flags::last(&f.value, "config"))
+        .and_then(|f| f.value.clone())
+        .map(|path| SchedulerConfig {
+            text: crate::yaml::read_file(Path::new(&path), &crate::yaml::CONFIG)
+                .map_err(|e| e.to_string()),
+            path,
+        });
+    let mut ca = given.ca;
+    if ca.version.is_none() || ca.flags.is_none() {
+        find_autoscaler(client, &mut ca).await;
+    }
+    let nodes = call(
+        "list nodes",
+        Api::<Node>::all(client.clone()).list(&ListParams::default()),
+    )
+    .await
+    .map(|l| l.items.iter().map(node_seen).collect());
+    let csi_nodes = call(
+        "list csinodes",
+        Api::<CSINode>::all(client.clone()).list(&ListParams::default()),
+    )
+    .await
+    .map(|l| l.items.iter().map(csi_node_seen).collect());
+    Observed {
+        server,
+        served,
+        pod_link,
+        namespace: given.namespace,
+        scheduler,
+        scheduler_config,
+        ca,
+        nodes,
+        csi_nodes,
+        provider: given.provider,
+    }
+}
+
+/// The served versions of `scheduling.k8s.io` and their top-level resources.
+async fn discover(client: &kube::Client) -> Read<Vec<ServedVersion>> {
+    let groups = call("list api groups", client.list_api_groups()).await?;
+    let Some(group) = groups.groups.iter().find(|g| g.name == GROUP) else {
+        return Ok(Vec::new());
+    };
+    let mut served = Vec::new();
+    for v in &group.versions {
+        let list = call(
+            "list api group resources",
+            client.list_api_group_resources(&v.group_version),
+        )
+        .await?;
+        served.push(ServedVersion {
+            version: v.version.clone(),
+            resources: list
+                .resources
+                .into_iter()
+                .map(|r| r.name)
+                .filter(|n| !n.contains('/'))
+                .collect(),
+        });
+    }
+    Ok(served)
+}
+
+/// The pod the dry run creates: a pause container and `spec.<field>` naming a gang.
+pub fn probe_pod(namespace: &str, field: &str) -> Value {
+    let link = if field == "workloadRef" {
+        json!({"name": "gangscaler-doctor-probe", "podGroup": "probe"})
+    } else {
+        json!({"podGroupName": "gangscaler-doctor-probe"})
+    };
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": PROBE_POD_PREFIX,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gangscaler-doctor"},
+        },
+        "spec": {
+            "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    });
+    pod["spec"][field] = link;
+    pod
+}
+
+/// Whether the API server's answer to [`probe_pod`] still carries `spec.<field>`.
+pub fn link_kept(field: &str, answer: &Value) -> bool {
+    answer
+        .get("spec")
+        .and_then(|s| s.get(field))
+        .is_some_and(|v| v.is_object())
+}
+
+async fn dry_run(client: &kube::Client, namespace: &str, field: &str) -> PodLink {
+    let failed = |error: String| PodLink::Failed {
+        field: field.to_owned(),
+        error,
+    };
+    let obj: DynamicObject = match serde_json::from_value(probe_pod(namespace, field)) {
+        Ok(o) => o,
+        Err(e) => return failed(e.to_string()),
+    };
+    let ar = ApiResource::erase::<Pod>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+    let params = PostParams {
+        dry_run: true,
+        field_manager: Some("gangscaler-doctor".to_owned()),
+    };
+    match call("dry-run create pod", api.create(&params, &obj)).await {
+        Err(e) => failed(e),
+        Ok(answer) => {
+            let kept = link_kept(field, &answer.data);
+            debug!(pod.field = field, kept, namespace, "dry-run pod create");
+            if kept {
+                PodLink::Kept {
+                    field: field.to_owned(),
+                }
+            } else {
+                PodLink::Dropped {
+                    field: field.to_owned(),
+                }
+            }
+        }
+    }
+}
+
+/// A container's command and args as flags, skipping what does not read.
+fn container_flags(c: &Container) -> Option<Vec<Flag>> {
+    let argv = c.command.iter().flatten().chain(c.args.iter().flatten());
+    flags::from_argv(argv.map(String::as_str)).ok()
+}
+
+async fn find_scheduler(client: &kube::Client, scheduler: &mut Component) {
+    let api = Api::<Pod>::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let lp = ListParams::default().labels("component=kube-scheduler");
+    let pods = match call("list scheduler pods", api.list(&lp)).await {
+        Ok(p) => p.items,
+        Err(e) => {
+            scheduler.lookup = Some(format!(
+                "listing {SYSTEM_NAMESPACE} pods labelled component=kube-scheduler failed: {e}"
+            ));
+            return;
+        }
+    };
+    let found = pods.iter().find_map(|p| {
+        let c = p.spec.as_ref()?.containers.first()?;
+        Some((p.metadata.name.clone().unwrap_or_default(), c))
+    });
+    let Some((name, c)) = found else {
+        scheduler.lookup = Some(format!(
+            "no {SYSTEM_NAMESPACE} pod labelled component=kube-scheduler"
+        ));
+        return;
+    };
+    let source = format!("{SYSTEM_NAMESPACE}/pod/{name}");
+    if scheduler.version.is_none() {
+        scheduler.version = c
+            .image
+            .as_deref()
+            .and_then(Version::from_image)
+            .map(|v| Found::new(v, format!("{source} image tag")));
+    }
+    if scheduler.flags.is_none() {
+        scheduler.flags = container_flags(c).map(|f| Found::new(f, source));
+    }
+}
+
+/// Whether an image reference names Cluster Autoscaler (in its name, not its tag).
+pub fn is_autoscaler_image(image: &str) -> bool {
+    let name = image.split('@').next().unwrap_or(image);
+    let last = name.rsplit('/').next().unwrap_or(name);
+    let last = last.split(':').next().unwrap_or(last);
+    last.contains("cluster-autoscaler")
+}
+
+fn autoscaler_container(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Option<&Container> {
+    spec?
+        .containers
+        .iter()
+        .find(|c| c.image.as_deref().is_some_and(is_autoscaler_image))
+}
+
+async fn find_autoscaler(client: &kube::Client, ca: &mut Component) {
+    let deployments = Api::<Deployment>::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let found = match call("list deployments", deployments.list(&ListParams::default())).await {
+        Ok(list) => list.items.into_iter().find_map(|d| {
+            let spec = d.spec.as_ref()?.template.spec.as_ref();
+            let c = autoscaler_container(spec)?.clone();
+            Some((
+                format!(
+                    "{SYSTEM_NAMESPACE}/deployment/{}",
+                    d.metadata.name.unwrap_or_default()
+                ),
+                c,
+            ))
+        }),
+        Err(e) => {
+            ca.lookup = Some(format!(
+                "listing {SYSTEM_NAMESPACE} Deployments failed: {e}"
+            ));
+            None
+        }
+    };
+    let found = match found {
+        Some(f) => Some(f),
+        None => {
+            let pods = Api::<Pod>::namespaced(client.clone(), SYSTEM_NAMESPACE);
+            match call("list pods", pods.list(&ListParams::default())).await {
+                Ok(list) => list.items.into_iter().find_map(|p| {
+                    let c = autoscaler_container(p.spec.as_ref())?.clone();
+                    Some((
+                        format!(
+                            "{SYSTEM_NAMESPACE}/pod/{}",
+                            p.metadata.name.unwrap_or_default()
+                        ),
+                        c,
+                    ))
+                }),
+                Err(e) => {
+                    ca.lookup = Some(format!("listing {SYSTEM_NAMESPACE} pods failed: {e}"));
+                    None
+                }
+            }
+        }
+    };
+    let Some((source, c)) = found else {
+        ca.lookup.get_or_insert_with(|| {
+            format!("no {SYSTEM_NAMESPACE} Deployment or pod with a cluster-autoscaler image")
+        });
+        return;
+    };
+    ca.lookup = None;
+    if ca.version.is_none() {
+        ca.version = c
+            .image
+            .as_deref()
+            .and_then(Version::from_image)
+            .map(|v| Found::new(v, format!("{source} image tag")));
+    }
+    if ca.flags.is_none() {
+        ca.flags = container_flags(&c).map(|f| Found::new(f, source));
+    }
+}
+
+fn node_seen(n: &Node) -> NodeSeen {
+    NodeSeen {
+        name: n.metadata.name.clone().unwrap_or_default(),
+        group_label: n
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODE_GROUP))
+            .cloned(),
+        provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()),
+    }
+}
+
+fn csi_node_seen(c: &CSINode) -> CsiNodeSeen {
+    CsiNodeSeen {
+        name: c.metadata.name.clone().unwrap_or_default(),
+        drivers: c
+            .spec
+            .drivers
+            .iter()
+            .map(|d| CsiDriverSeen {
+                name: d.name.clone(),
+                count: d.allocatable.as_ref().and_then(|a| a.count),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_pod_carries_the_minors_link_field_and_the_answer_is_read_back() {
+        let pod = probe_pod("ml", "schedulingGroup");
+        assert_eq!(pod["metadata"]["namespace"], "ml");
+        assert_eq!(
+            pod["spec"]["schedulingGroup"]["podGroupName"],
+            "gangscaler-doctor-probe"
+        );
+        assert!(link_kept("schedulingGroup", &pod));
+        let pod = probe_pod("default", "workloadRef");
+        assert_eq!(pod["spec"]["workloadRef"]["podGroup"], "probe");
+        assert!(link_kept("workloadRef", &pod));
+        let dropped = json!({"spec": {"containers": []}});
+        assert!(!link_kept("workloadRef", &dropped));
+        assert!(!link_kept("schedulingGroup", &json!({})));
+    }
+
+    #[test]
+    fn autoscaler_images_are_told_by_name_not_tag() {
+        assert!(is_autoscaler_image(
+            "registry.k8s.io/autoscaling/cluster-autoscaler:v1.36.1"
+        ));
+        assert!(is_autoscaler_image(
+            "my.registry:5000/cluster-autoscaler-amd64"
+        ));
+        assert!(!is_autoscaler_image("busybox:cluster-autoscaler"));
+        assert!(!is_autoscaler_image(
+            "registry.k8s.io/kube-scheduler:v1.36.2"
+        ));
+    }
+
+    #[test]
+    fn a_flags_file_that_is_missing_or_empty_is_named_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.flags");
+        let err = read_flags_file("--ca-flags", &missing).unwrap_err();
+        let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(chain.starts_with("--ca-flags: "), "{chain}");
+        assert!(chain.contains("nope.flags"), "{chain}");
+        let empty = dir.path().join("empty.flags");
+        std::fs::write(&empty, "# nothing\n").unwrap();
+        let err = read_flags_file("--scheduler-flags", &empty)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--scheduler-flags "), "{err}");
+        assert!(err.contains("empty.flags: no flags found"), "{err}");
+        assert_eq!(
+            parse_version("--ca-version", "latest")
+                .unwrap_err()
+                .to_string(),
+            "--ca-version \"latest\": expected a version such as 1.36.1 or v1.36.1"
+        );
+    }
+}
