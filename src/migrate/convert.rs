@@ -456,6 +456,45 @@ impl Cx<'_> {
         {
             spec.rename(from.groups_field(), to.groups_field(), entries);
         }
+        if to == GangApi::V1Beta1 {
+            self.one_priority(spec);
+        }
+    }
+
+    /// v1beta1 refuses a Workload whose templates differ in `priorityClassName` or
+    /// `priority` ("detected multiple priority configurations", kube-apiserver 1.37): the
+    /// input must pick one.
+    fn one_priority(&mut self, spec: &Node) {
+        let entries = spec
+            .get(GangApi::V1Beta1.groups_field())
+            .and_then(Node::items)
+            .unwrap_or_default();
+        let priority = |e: &Node| {
+            let class = e.get_str("priorityClassName").unwrap_or_default().to_owned();
+            let value = e.get("priority").and_then(Node::as_i64);
+            (class, value)
+        };
+        let mut seen: Vec<String> = Vec::new();
+        let first = entries.first().map(priority);
+        let mut differ = false;
+        for e in entries {
+            let (class, value) = priority(e);
+            differ |= Some((class.clone(), value)) != first;
+            seen.push(format!(
+                "{}: priorityClassName {class:?}, priority {}",
+                e.get_str("name").unwrap_or("?"),
+                value.map_or_else(|| "unset".to_owned(), |v| v.to_string())
+            ));
+        }
+        if differ {
+            self.find(
+                Severity::Error,
+                format!(
+                    "spec.podGroupTemplates differ in priority ({}): v1beta1 requires one priority configuration per Workload; give every template the same",
+                    seen.join("; ")
+                ),
+            );
+        }
     }
 
     /// One Workload group entry, `from` → `self.to`, in place.

@@ -144,6 +144,17 @@ fn two_gangs_that_would_share_a_pod_group_name_are_refused() {
 }
 
 #[test]
+fn templates_that_differ_in_priority_cannot_go_to_v1beta1() {
+    let workload = node("apiVersion: scheduling.k8s.io/v1alpha2\nkind: Workload\nmetadata: {name: w}\nspec:\n  podGroupTemplates:\n  - {name: a, schedulingPolicy: {basic: {}}, priorityClassName: high}\n  - {name: b, schedulingPolicy: {basic: {}}}\n");
+    let c = convert(&inputs(vec![workload.clone()]), GangApi::V1Beta1);
+    let errors = messages(&c, Severity::Error);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("a: priorityClassName \"high\"") && errors[0].contains("b: priorityClassName \"\""), "{errors:?}");
+    // 1.36 takes it as it is.
+    assert!(!convert(&inputs(vec![workload]), GangApi::V1Alpha2).has_errors());
+}
+
+#[test]
 fn a_pod_naming_a_group_its_workload_lacks_is_an_error_naming_both() {
     let docs = vec![
         node(
@@ -323,7 +334,8 @@ fn v1alpha2_manifest(groups: &[GenGroup], kinds: &[usize], extras: bool) -> Vec<
                     "disruptionMode",
                     Node::str(if i % 2 == 0 { "PodGroup" } else { "Pod" }),
                 );
-                t.set("priority", Node::Int(i64::try_from(i).unwrap() * 10));
+                // v1beta1 wants one priority per Workload.
+                t.set("priority", Node::Int(10));
             }
             t
         })
