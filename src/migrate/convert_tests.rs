@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use proptest::prelude::*;
 
 use super::*;
-use crate::migrate::{parse, render};
+use crate::migrate::{api, parse, render};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/convert")
@@ -145,11 +145,17 @@ fn two_gangs_that_would_share_a_pod_group_name_are_refused() {
 
 #[test]
 fn templates_that_differ_in_priority_cannot_go_to_v1beta1() {
-    let workload = node("apiVersion: scheduling.k8s.io/v1alpha2\nkind: Workload\nmetadata: {name: w}\nspec:\n  podGroupTemplates:\n  - {name: a, schedulingPolicy: {basic: {}}, priorityClassName: high}\n  - {name: b, schedulingPolicy: {basic: {}}}\n");
+    let workload = node(
+        "apiVersion: scheduling.k8s.io/v1alpha2\nkind: Workload\nmetadata: {name: w}\nspec:\n  podGroupTemplates:\n  - {name: a, schedulingPolicy: {basic: {}}, priorityClassName: high}\n  - {name: b, schedulingPolicy: {basic: {}}}\n",
+    );
     let c = convert(&inputs(vec![workload.clone()]), GangApi::V1Beta1);
     let errors = messages(&c, Severity::Error);
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].contains("a: priorityClassName \"high\"") && errors[0].contains("b: priorityClassName \"\""), "{errors:?}");
+    assert!(
+        errors[0].contains("a: priorityClassName \"high\"")
+            && errors[0].contains("b: priorityClassName \"\""),
+        "{errors:?}"
+    );
     // 1.36 takes it as it is.
     assert!(!convert(&inputs(vec![workload]), GangApi::V1Alpha2).has_errors());
 }

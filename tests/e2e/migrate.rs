@@ -141,7 +141,11 @@ async fn converted_manifests_are_accepted_by_the_rows_api_server() {
             checked += 1;
         }
     }
-    assert_eq!(checked + skipped.len(), total, "every converted object was sent");
+    assert_eq!(
+        checked + skipped.len(),
+        total,
+        "every converted object was sent"
+    );
     assert!(checked >= 8, "objects checked: {checked}");
     assert!(
         skipped.iter().all(|s| s.starts_with("JobSet ")),

@@ -1,0 +1,395 @@
+//! Workloads and PodGroups: group entries, the fields 1.36+ entries and PodGroups share,
+//! PodGroups created from a 1.35 Workload and folded back into one.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Cx, Index, Severity, disruption, key, pod_group_template, show};
+use crate::migrate::api::{self, GangApi, GroupLink};
+use crate::migrate::doc::Node;
+
+impl Cx<'_> {
+    pub(super) fn workload(&mut self, node: &mut Node, from: GangApi) {
+        let to = self.to;
+        node.set("apiVersion", Node::str(to.api_version()));
+        let Some(spec) = node.get_mut("spec") else {
+            return;
+        };
+        if to != GangApi::V1Beta1
+            && let Some(composite) = spec.remove("compositePodGroupTemplates")
+            && composite != Node::Null
+        {
+            self.find(
+                Severity::Lossy,
+                format!("spec.compositePodGroupTemplates dropped: {to} has no composite groups"),
+            );
+        }
+        if let Some(entries) = spec.get_mut(from.groups_field()).and_then(Node::items_mut) {
+            for (i, entry) in entries.iter_mut().enumerate() {
+                let path = format!("spec.{}[{i}]", to.groups_field());
+                self.entry(entry, from, &path);
+            }
+        }
+        if from.groups_field() != to.groups_field()
+            && let Some(entries) = spec.get(from.groups_field()).cloned()
+        {
+            spec.rename(from.groups_field(), to.groups_field(), entries);
+        }
+        if to == GangApi::V1Beta1 {
+            self.one_priority(spec);
+        }
+    }
+
+    /// v1beta1 refuses a Workload whose templates differ in `priorityClassName` or
+    /// `priority` ("detected multiple priority configurations", kube-apiserver 1.37): the
+    /// input must pick one.
+    pub(super) fn one_priority(&mut self, spec: &Node) {
+        let entries = spec
+            .get(GangApi::V1Beta1.groups_field())
+            .and_then(Node::items)
+            .unwrap_or_default();
+        let priority = |e: &Node| {
+            let class = e
+                .get_str("priorityClassName")
+                .unwrap_or_default()
+                .to_owned();
+            let value = e.get("priority").and_then(Node::as_i64);
+            (class, value)
+        };
+        let mut seen: Vec<String> = Vec::new();
+        let first = entries.first().map(priority);
+        let mut differ = false;
+        for e in entries {
+            let (class, value) = priority(e);
+            differ |= Some((class.clone(), value)) != first;
+            seen.push(format!(
+                "{}: priorityClassName {class:?}, priority {}",
+                e.get_str("name").unwrap_or("?"),
+                value.map_or_else(|| "unset".to_owned(), |v| v.to_string())
+            ));
+        }
+        if differ {
+            self.find(
+                Severity::Error,
+                format!(
+                    "spec.podGroupTemplates differ in priority ({}): v1beta1 requires one priority configuration per Workload; give every template the same",
+                    seen.join("; ")
+                ),
+            );
+        }
+    }
+
+    /// One Workload group entry, `from` → `self.to`, in place.
+    pub(super) fn entry(&mut self, entry: &mut Node, from: GangApi, path: &str) {
+        let to = self.to;
+        if from.policy_field() != to.policy_field()
+            && let Some(policy) = entry.get(from.policy_field()).cloned()
+        {
+            entry.rename(from.policy_field(), to.policy_field(), policy);
+        }
+        if to == GangApi::V1Alpha1 {
+            let dropped: Vec<String> = entry
+                .entries()
+                .unwrap_or_default()
+                .iter()
+                .filter(|(k, v)| k != "name" && k != "policy" && *v != Node::Null)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for field in dropped {
+                entry.remove(&field);
+                self.find(
+                    Severity::Lossy,
+                    format!(
+                        "{path}.{field} dropped: v1alpha1 group entries have only name and policy"
+                    ),
+                );
+            }
+            return;
+        }
+        self.shared_fields(entry, from, path);
+    }
+
+    /// The fields a 1.36+ group entry and PodGroup spec share: `disruptionMode`,
+    /// `preemptionPolicy`.
+    pub(super) fn shared_fields(&mut self, spec: &mut Node, from: GangApi, path: &str) {
+        let to = self.to;
+        if from != to
+            && let Some(mode) = spec.get("disruptionMode").cloned()
+            && mode != Node::Null
+        {
+            match disruption(&mode, to) {
+                Some(converted) => spec.set("disruptionMode", converted),
+                None => {
+                    spec.remove("disruptionMode");
+                    self.find(
+                        Severity::Lossy,
+                        format!(
+                            "{path}.disruptionMode {} dropped: {to} has no such mode",
+                            show(&mode)
+                        ),
+                    );
+                }
+            }
+        }
+        if to != GangApi::V1Beta1 {
+            for field in ["preemptionPolicy", "parentCompositePodGroupName"] {
+                if let Some(value) = spec.remove(field)
+                    && value != Node::Null
+                {
+                    self.find(
+                        Severity::Lossy,
+                        format!(
+                            "{path}.{field} {} dropped: {to} has no such field",
+                            show(&value)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    pub(super) fn create_pod_groups(
+        &mut self,
+        index: &Index,
+        workload: &Node,
+        out: &mut Vec<Node>,
+    ) {
+        let Some((ns, name)) = key(workload) else {
+            return;
+        };
+        let entries: Vec<Node> = workload
+            .at(&["spec", self.to.groups_field()])
+            .and_then(Node::items)
+            .unwrap_or_default()
+            .to_vec();
+        let mut links: Vec<GroupLink> = index
+            .links
+            .get(&(ns.clone(), name.clone()))
+            .cloned()
+            .unwrap_or_default();
+        let named: BTreeSet<&str> = links.iter().map(|l| l.template.as_str()).collect();
+        let unnamed: Vec<GroupLink> = entries
+            .iter()
+            .filter_map(|e| e.get_str("name"))
+            .filter(|t| !named.contains(t))
+            .map(|t| GroupLink {
+                workload: name.clone(),
+                template: t.to_owned(),
+                replica_key: None,
+            })
+            .collect();
+        links.extend(unnamed);
+        let namespace = (!ns.is_empty()).then_some(ns.as_str());
+        let mut created: BTreeMap<String, GroupLink> = BTreeMap::new();
+        for link in links {
+            let Some(entry) = entries
+                .iter()
+                .find(|e| e.get_str("name") == Some(link.template.as_str()))
+            else {
+                // The pod naming it reports the error.
+                continue;
+            };
+            match api::pod_group(self.to, namespace, &link, entry) {
+                Ok(Some(pod_group)) => {
+                    let pg_name = link.pod_group_name().unwrap_or_default();
+                    if let Some(other) = created.get(&pg_name) {
+                        self.find(
+                            Severity::Error,
+                            format!(
+                                "group {:?} replica key {:?} and group {:?} replica key {:?} would both be PodGroup {pg_name}: rename a group or a replica key",
+                                other.template,
+                                other.replica_key.clone().unwrap_or_default(),
+                                link.template,
+                                link.replica_key.clone().unwrap_or_default()
+                            ),
+                        );
+                        continue;
+                    }
+                    created.insert(pg_name.clone(), link.clone());
+                    if index
+                        .pod_groups
+                        .contains_key(&(ns.clone(), pg_name.clone()))
+                    {
+                        continue;
+                    }
+                    self.find(
+                        Severity::Note,
+                        format!(
+                            "created PodGroup {pg_name} for group {:?}{}",
+                            link.template,
+                            link.replica_key
+                                .as_ref()
+                                .map(|k| format!(", replica key {k:?}"))
+                                .unwrap_or_default()
+                        ),
+                    );
+                    out.push(pod_group);
+                }
+                Ok(None) => {}
+                Err(e) => self.find(Severity::Error, e.to_string()),
+            }
+        }
+    }
+
+    pub(super) fn pod_group(&mut self, node: &mut Node, from: GangApi) {
+        let to = self.to;
+        node.set("apiVersion", Node::str(to.api_version()));
+        if from != to
+            && let Some(status) = node.remove("status")
+            && status != Node::Null
+        {
+            self.find(
+                Severity::Note,
+                "status dropped: the scheduler writes it, and its condition is named differently in each version".into(),
+            );
+        }
+        let Some(spec) = node.get_mut("spec") else {
+            return;
+        };
+        if from != to
+            && let Some((workload, template)) =
+                pod_group_template(from, &Node::map().with("spec", spec.clone()))
+        {
+            let (old, new, value) = match to {
+                GangApi::V1Alpha2 => (
+                    "workloadRef",
+                    "podGroupTemplateRef",
+                    Node::map().with(
+                        "workload",
+                        Node::map()
+                            .with("workloadName", Node::str(workload))
+                            .with("podGroupTemplateName", Node::str(template)),
+                    ),
+                ),
+                _ => (
+                    "podGroupTemplateRef",
+                    "workloadRef",
+                    Node::map()
+                        .with("workloadName", Node::str(workload))
+                        .with("templateName", Node::str(template)),
+                ),
+            };
+            spec.rename(old, new, value);
+        }
+        if from == GangApi::V1Beta1
+            && to != GangApi::V1Beta1
+            && spec.at(&["schedulingPolicy", "gang"]).is_some()
+        {
+            self.find(
+                Severity::Lossy,
+                format!("spec.schedulingPolicy.gang.minCount becomes immutable: {to} does not allow changing it after creation"),
+            );
+        }
+        self.shared_fields(spec, from, "spec");
+    }
+
+    /// 1.35 has no PodGroup: one made from a Workload in the input folds into it; one
+    /// without a Workload becomes a Workload.
+    pub(super) fn fold_pod_group(
+        &mut self,
+        index: &Index,
+        node: &Node,
+        from: GangApi,
+    ) -> Option<Node> {
+        let (ns, name) = key(node)?;
+        let spec = node.get("spec").cloned().unwrap_or_else(Node::map);
+        match pod_group_template(from, node) {
+            Some((workload, template)) => {
+                let Some(info) = index.workloads.get(&(ns, workload.clone())) else {
+                    self.find(
+                        Severity::Error,
+                        format!(
+                            "names Workload {workload:?}, which is not in the input: 1.35 has no PodGroup, so the Workload is needed to express it"
+                        ),
+                    );
+                    return None;
+                };
+                let entry = info
+                    .entries
+                    .iter()
+                    .find(|e| e.get_str("name") == Some(template.as_str()));
+                let template_policy = entry.and_then(|e| e.get(info.api.policy_field()));
+                if template_policy != spec.get("schedulingPolicy") {
+                    self.find(
+                        Severity::Lossy,
+                        format!(
+                            "spec.schedulingPolicy {} differs from its template's {}: 1.35 keeps only the Workload's",
+                            show(spec.get("schedulingPolicy").unwrap_or(&Node::Null)),
+                            show(template_policy.unwrap_or(&Node::Null))
+                        ),
+                    );
+                }
+                // Fields the template says the same are reported with the Workload.
+                for (field, value) in spec.entries().unwrap_or_default() {
+                    let ref_field = matches!(field.as_str(), "podGroupTemplateRef" | "workloadRef");
+                    if ref_field || field == "schedulingPolicy" || *value == Node::Null {
+                        continue;
+                    }
+                    if entry.and_then(|e| e.get(field)) != Some(value) {
+                        self.find(
+                            Severity::Lossy,
+                            format!(
+                                "spec.{field} {} dropped: 1.35 has no PodGroup and its template does not say it",
+                                show(value)
+                            ),
+                        );
+                    }
+                }
+                self.metadata_lost(node);
+                self.find(
+                    Severity::Note,
+                    format!("folded into Workload {workload} group {template:?}"),
+                );
+                None
+            }
+            None => {
+                let mut entry = Node::map().with("name", Node::str(&name)).with(
+                    "schedulingPolicy",
+                    spec.get("schedulingPolicy").cloned().unwrap_or(Node::Null),
+                );
+                for (k, v) in spec.entries().unwrap_or_default() {
+                    if k != "schedulingPolicy" && k != "podGroupTemplateRef" && k != "workloadRef" {
+                        entry.set(k, v.clone());
+                    }
+                }
+                self.entry(&mut entry, from, "spec");
+                let mut metadata = node.get("metadata").cloned().unwrap_or_else(Node::map);
+                for field in [
+                    "uid",
+                    "resourceVersion",
+                    "creationTimestamp",
+                    "generation",
+                    "managedFields",
+                ] {
+                    metadata.remove(field);
+                }
+                self.find(
+                    Severity::Note,
+                    format!("has no Workload: written as Workload {name} with one group {name:?}"),
+                );
+                Some(
+                    Node::map()
+                        .with("apiVersion", Node::str(GangApi::V1Alpha1.api_version()))
+                        .with("kind", Node::str("Workload"))
+                        .with("metadata", metadata)
+                        .with(
+                            "spec",
+                            Node::map().with("podGroups", Node::Seq(vec![entry])),
+                        ),
+                )
+            }
+        }
+    }
+
+    pub(super) fn metadata_lost(&mut self, node: &Node) {
+        for field in ["labels", "annotations"] {
+            if let Some(Node::Map(entries)) = node.at(&["metadata", field])
+                && !entries.is_empty()
+            {
+                self.find(
+                    Severity::Lossy,
+                    format!("metadata.{field} dropped with the PodGroup"),
+                );
+            }
+        }
+    }
+}
