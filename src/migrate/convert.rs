@@ -261,6 +261,20 @@ impl Index {
     }
 }
 
+/// `map`'s entry for `(ns, name)`. Manifests often leave the namespace to `kubectl -n`, so
+/// an object without a namespace matches the one object of that name in any namespace, and
+/// one with a namespace matches one of that name without.
+fn lookup<'m, T>(map: &'m BTreeMap<Key, T>, ns: &str, name: &str) -> Option<&'m T> {
+    if let Some(v) = map.get(&(ns.to_owned(), name.to_owned())) {
+        return Some(v);
+    }
+    let mut same = map
+        .iter()
+        .filter(|((n, m), _)| m == name && (ns.is_empty() || n.is_empty()));
+    let first = same.next()?;
+    same.next().is_none().then_some(first.1)
+}
+
 /// The conversion of one document.
 struct Cx<'a> {
     document: u32,

@@ -144,6 +144,31 @@ fn two_gangs_that_would_share_a_pod_group_name_are_refused() {
 }
 
 #[test]
+fn pods_without_a_namespace_find_the_workload_and_pod_groups_that_have_one() {
+    // A Job written for `kubectl apply -n ml` next to a Workload that says `namespace: ml`.
+    let docs = vec![
+        node(
+            "apiVersion: scheduling.k8s.io/v1alpha1\nkind: Workload\nmetadata: {name: w, namespace: ml}\nspec:\n  podGroups:\n  - {name: a, policy: {gang: {minCount: 2}}}\n",
+        ),
+        node(
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  template:\n    spec:\n      workloadRef: {name: w, podGroup: a, podGroupReplicaKey: \"1\"}\n",
+        ),
+    ];
+    let up = convert(&inputs(docs.clone()), GangApi::V1Alpha2);
+    assert!(!up.has_errors(), "{:?}", up.findings);
+    let names: Vec<&str> = up
+        .documents
+        .iter()
+        .filter(|d| d.get_str("kind") == Some("PodGroup"))
+        .filter_map(|d| d.at(&["metadata", "name"]).and_then(Node::as_str))
+        .collect();
+    assert_eq!(names, ["w-a-1"], "the Job's gang, not a default one");
+    let down = convert(&inputs(up.documents), GangApi::V1Alpha1);
+    assert!(!down.has_errors(), "{:?}", down.findings);
+    assert_eq!(down.documents, docs);
+}
+
+#[test]
 fn templates_that_differ_in_priority_cannot_go_to_v1beta1() {
     let workload = node(
         "apiVersion: scheduling.k8s.io/v1alpha2\nkind: Workload\nmetadata: {name: w}\nspec:\n  podGroupTemplates:\n  - {name: a, schedulingPolicy: {basic: {}}, priorityClassName: high}\n  - {name: b, schedulingPolicy: {basic: {}}}\n",

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Cx, Index, Severity, disruption, key, pod_group_template, show};
+use super::{Cx, Index, Severity, disruption, key, lookup, pod_group_template, show};
 use crate::migrate::api::{self, GangApi, GroupLink};
 use crate::migrate::doc::Node;
 
@@ -161,11 +161,16 @@ impl Cx<'_> {
             .and_then(Node::items)
             .unwrap_or_default()
             .to_vec();
-        let mut links: Vec<GroupLink> = index
-            .links
-            .get(&(ns.clone(), name.clone()))
-            .cloned()
-            .unwrap_or_default();
+        let mut links: Vec<GroupLink> = Vec::new();
+        for ((n, w), found) in &index.links {
+            if *w == name && (*n == ns || n.is_empty() || ns.is_empty()) {
+                for link in found {
+                    if !links.contains(link) {
+                        links.push(link.clone());
+                    }
+                }
+            }
+        }
         let named: BTreeSet<&str> = links.iter().map(|l| l.template.as_str()).collect();
         let unnamed: Vec<GroupLink> = entries
             .iter()
@@ -294,7 +299,7 @@ impl Cx<'_> {
         let spec = node.get("spec").cloned().unwrap_or_else(Node::map);
         match pod_group_template(from, node) {
             Some((workload, template)) => {
-                let Some(info) = index.workloads.get(&(ns, workload.clone())) else {
+                let Some(info) = lookup(&index.workloads, &ns, &workload) else {
                     self.find(
                         Severity::Error,
                         format!(

@@ -1,7 +1,7 @@
 //! Pods and pod templates: where a manifest carries pod specs, the gang link a pod spec
 //! has, and rewriting it for the target version.
 
-use super::{Cx, Index, PodGroupInfo, PodLink, Severity, namespace};
+use super::{Cx, Index, PodGroupInfo, PodLink, Severity, lookup, namespace};
 use crate::migrate::api::{GangApi, GroupLink};
 use crate::migrate::doc::Node;
 
@@ -85,7 +85,7 @@ pub(super) fn pod_link(spec: &Node) -> Result<Option<PodLink>, String> {
 impl Index {
     /// The gang a 1.36+ pod naming PodGroup `name` belongs to, in 1.35 terms.
     pub(super) fn link_of(&self, ns: &str, name: &str) -> Result<GroupLink, String> {
-        match self.pod_groups.get(&(ns.to_owned(), name.to_owned())) {
+        match lookup(&self.pod_groups, ns, name) {
             Some(PodGroupInfo {
                 template: Some((workload, template)),
             }) => Ok(GroupLink::of_pod_group(workload, template, name)),
@@ -133,7 +133,7 @@ impl Cx<'_> {
                     }
                 },
             };
-            if let Some(info) = index.workloads.get(&(ns.clone(), group.workload.clone()))
+            if let Some(info) = lookup(&index.workloads, &ns, &group.workload)
                 && !info
                     .entries
                     .iter()
