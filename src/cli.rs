@@ -233,9 +233,11 @@ pub enum Command {
         /// Serving private key (PEM).
         #[arg(long)]
         tls_key: PathBuf,
-        /// CA bundle the API server's client certificate must chain to (PEM).
+        /// CA bundle the API server's client certificate must chain to (PEM): mutual TLS.
+        /// Without it any client that trusts the serving certificate is served (server TLS
+        /// only, for control planes whose admission configuration cannot be set).
         #[arg(long)]
-        client_ca: PathBuf,
+        client_ca: Option<PathBuf>,
         /// kubeconfig; default: KUBECONFIG, ~/.kube/config or in-cluster.
         #[arg(long)]
         kubeconfig: Option<PathBuf>,

@@ -132,15 +132,18 @@ pub const MAX_GROUP_SIZE: u32 = 5_000;
 /// Result alias for this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// TLS files for the gRPC server (mutual TLS: client certificates are required).
+/// TLS files of a server: the gRPC server (mutual TLS: client certificates are required) or
+/// the compatibility webhook (mutual TLS, or server TLS only without a client CA).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsFiles {
     /// Server certificate chain (PEM).
     pub cert_file: PathBuf,
     /// Server private key (PEM).
     pub key_file: PathBuf,
-    /// CA bundle that client certificates must chain to (PEM).
-    pub client_ca_file: PathBuf,
+    /// CA bundle that client certificates must chain to (PEM). `None`: no client
+    /// certificate is asked for (only the webhook allows that; the gRPC server's
+    /// configuration always sets it).
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// How the gRPC server is secured.

@@ -13,10 +13,11 @@
 //! - **Refusals** name the annotation, the Workload or the template: a missing Workload is
 //!   404 (the controller retries the pod once it exists), an API failure 503. With
 //!   `failurePolicy: Fail` a pod is never admitted without its link.
-//! - **TLS**: mutual TLS with the files' rotation, as the gRPC server (`server::Tls`): the API
-//!   server presents a client certificate from its admission configuration
-//!   (`WebhookAdmissionConfiguration` `kubeConfigFile`), and verifies ours with the
-//!   webhook's `caBundle`.
+//! - **TLS**: the gRPC server's `server::Tls`, with the files' rotation. With a client CA,
+//!   mutual TLS: the API server presents a client certificate from its admission
+//!   configuration (`WebhookAdmissionConfiguration` `kubeConfigFile`). Without one, server
+//!   TLS only (for control planes whose admission configuration cannot be set). Either way
+//!   the API server verifies ours with the webhook's `caBundle`.
 //! - The served version is read by API discovery at start and every [`SERVED_REFRESH`], so
 //!   an upgrade from 1.35 to 1.36 switches the link without a restart.
 //!

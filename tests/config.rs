@@ -878,7 +878,7 @@ fn tls_files_resolve_against_the_config_directory() {
     };
     assert_eq!(files.cert_file, dir.path().join("tls/tls.crt"));
     assert_eq!(files.key_file, dir.path().join("tls/tls.key"));
-    assert_eq!(files.client_ca_file, dir.path().join("tls/ca.crt"));
+    assert_eq!(files.client_ca_file, Some(dir.path().join("tls/ca.crt")));
 }
 
 #[test]

@@ -374,7 +374,7 @@ fn transport_settings_are_validated_with_field_paths() {
                 "relative to the config dir"
             );
             assert_eq!(files.key_file, dir.path().join("tls/server.key"));
-            assert_eq!(files.client_ca_file, dir.path().join("tls/ca.crt"));
+            assert_eq!(files.client_ca_file, Some(dir.path().join("tls/ca.crt")));
         }
         other => panic!("expected TLS, got {other:?}"),
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::TlsFiles;
 use crate::engine::now_ms;
@@ -27,6 +27,11 @@ pub(super) async fn run(
     files: TlsFiles,
     kubeconfig: Option<PathBuf>,
 ) -> anyhow::Result<()> {
+    if files.client_ca_file.is_none() {
+        warn!(
+            "no --client-ca: serving without client certificates; any client that can reach the port and trusts the serving certificate can ask for a pod's PodGroup to be created from its Workload"
+        );
+    }
     let tls = Arc::new(Tls::load(&files).context("loading the webhook's TLS files")?);
     let client = crate::provision::kube_client(kubeconfig.as_deref())
         .await

@@ -58,8 +58,8 @@ pub struct TlsMaterial {
     pub certs: Vec<CertificateDer<'static>>,
     /// The private key of the leaf certificate.
     pub key: PrivateKeyDer<'static>,
-    /// The client CA certificates, as trust anchors.
-    pub client_roots: RootCertStore,
+    /// The client CA certificates, as trust anchors; `None` when no client CA is configured.
+    pub client_roots: Option<RootCertStore>,
 }
 
 const CERT: &str = "server.tls.certFile";
@@ -73,7 +73,8 @@ const CA: &str = "server.tls.clientCaFile";
 pub struct TlsContents {
     cert: Result<Vec<u8>, String>,
     key: Result<Vec<u8>, String>,
-    client_ca: Result<Vec<u8>, String>,
+    /// `None` when no client CA is configured.
+    client_ca: Option<Result<Vec<u8>, String>>,
 }
 
 /// A digest of [`TlsContents`]: equal digests mean (but for a 64-bit hash collision) that
@@ -92,10 +93,11 @@ impl TlsContents {
 
 impl Hash for TlsContents {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        for part in [&self.cert, &self.key, &self.client_ca] {
+        for part in [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()] {
             match part {
-                Ok(bytes) => (0u8, bytes).hash(state),
-                Err(why) => (1u8, why).hash(state),
+                Some(Ok(bytes)) => (0u8, bytes).hash(state),
+                Some(Err(why)) => (1u8, why).hash(state),
+                None => 2u8.hash(state),
             }
         }
     }
@@ -118,7 +120,7 @@ impl TlsFiles {
         TlsContents {
             cert: read(&self.cert_file),
             key: read(&self.key_file),
-            client_ca: read(&self.client_ca_file),
+            client_ca: self.client_ca_file.as_deref().map(read),
         }
     }
 
@@ -171,12 +173,16 @@ impl TlsFiles {
                 ),
             }
         }
-        let roots = contents
-            .client_ca
-            .as_deref()
-            .map_err(String::clone)
-            .and_then(trust_anchors);
-        let roots = roots.map_err(|m| problem(CA, &self.client_ca_file, m)).ok();
+        let roots = match (&contents.client_ca, &self.client_ca_file) {
+            (Some(read), Some(path)) => read
+                .as_deref()
+                .map_err(String::clone)
+                .and_then(trust_anchors)
+                .map(Some)
+                .map_err(|m| problem(CA, path, m))
+                .ok(),
+            _ => Some(None),
+        };
         match (certs, key, roots) {
             (Some(certs), Some((key, _)), Some(client_roots)) if matched && problems.is_empty() => {
                 Ok(TlsMaterial {

@@ -567,7 +567,7 @@ fn server_settings(
         let files = TlsFiles {
             cert_file: cert_file?,
             key_file: key_file?,
-            client_ca_file: client_ca_file?,
+            client_ca_file: Some(client_ca_file?),
         };
         // What `serve` would refuse: no PEM certificate, a key of another certificate.
         if let Err(e) = files.check() {

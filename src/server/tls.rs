@@ -152,7 +152,7 @@ impl Tls {
                 info!(
                     tls.cert_file = %self.files.cert_file.display(),
                     tls.key_file = %self.files.key_file.display(),
-                    tls.client_ca_file = %self.files.client_ca_file.display(),
+                    tls.client_ca_file = %ca_display(&self.files),
                     tls.not_after = not_after.map(rfc3339).as_deref().unwrap_or("unknown"),
                     "TLS material reloaded; new connections use it"
                 );
@@ -220,26 +220,39 @@ fn not_after(material: &TlsMaterial) -> Option<i64> {
     Some(cert.validity().not_after.timestamp())
 }
 
+/// The client CA file for a log line or message (`none` without one).
+fn ca_display(files: &TlsFiles) -> String {
+    files
+        .client_ca_file
+        .as_deref()
+        .map_or_else(|| "none".to_owned(), |p| p.display().to_string())
+}
+
 /// The rustls configuration for checked material.
 fn server_config(files: &TlsFiles, material: TlsMaterial) -> Result<ServerConfig, Error> {
     let provider = Arc::new(ring::default_provider());
-    let verifier = WebPkiClientVerifier::builder_with_provider(
-        Arc::new(material.client_roots),
-        provider.clone(),
-    )
-    .build()
-    .map_err(|source| Error::Tls {
-        what: format!(
-            "building the client certificate verifier from server.tls.clientCaFile {}",
-            files.client_ca_file.display()
+    let verifier = match material.client_roots {
+        Some(roots) => Some(
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|source| Error::Tls {
+                    what: format!(
+                        "building the client certificate verifier from server.tls.clientCaFile {}",
+                        ca_display(files)
+                    ),
+                    source: source.into(),
+                })?,
         ),
-        source: source.into(),
-    })?;
+        None => None,
+    };
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .and_then(|b| {
-            b.with_client_cert_verifier(verifier)
-                .with_single_cert(material.certs, material.key)
+            match verifier {
+                Some(v) => b.with_client_cert_verifier(v),
+                None => b.with_no_client_auth(),
+            }
+            .with_single_cert(material.certs, material.key)
         })
         .map_err(|source| Error::Tls {
             what: format!(
@@ -287,8 +300,50 @@ mod tests {
         TlsFiles {
             cert_file: write("server.crt", cert),
             key_file: write("server.key", key),
-            client_ca_file: write("ca.crt", ca),
+            client_ca_file: Some(write("ca.crt", ca)),
         }
+    }
+
+    /// Runs one handshake of a client without a certificate against `tls`, over memory;
+    /// returns whether the server accepted it.
+    async fn certless_client_accepted(tls: &Tls, server_cert: &rcgen::Certificate) -> bool {
+        use tokio_rustls::rustls::pki_types::ServerName;
+        use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+        let mut roots = RootCertStore::empty();
+        roots.add(server_cert.der().clone()).unwrap();
+        let client = ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let name = ServerName::try_from("localhost").unwrap();
+        let (server, _client) = tokio::join!(
+            tls.acceptor().accept(server_io),
+            connector.connect(name, client_io)
+        );
+        server.is_ok()
+    }
+
+    #[tokio::test]
+    async fn without_a_client_ca_a_client_without_a_certificate_is_served_and_with_one_it_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let (ca, _) = pair("client CA");
+        let mutual = files(dir.path(), &cert.pem(), &key.serialize_pem(), &ca);
+        let server_only = TlsFiles {
+            client_ca_file: None,
+            ..mutual.clone()
+        };
+        let tls = Tls::load(&server_only).unwrap();
+        assert!(certless_client_accepted(&tls, &cert).await);
+        let tls = Tls::load(&mutual).unwrap();
+        assert!(!certless_client_accepted(&tls, &cert).await);
     }
 
     #[test]

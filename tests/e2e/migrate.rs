@@ -175,9 +175,10 @@ async fn converted_manifests_are_accepted_by_the_rows_api_server() {
     );
 }
 
-/// The webhook process (`gangscaler webhook`) with a serving certificate from its own CA and
-/// the control plane's CA as its client CA; returns it, its port and its CA (PEM).
-fn start_webhook(cluster: &Cluster) -> (Proc, u16, String) {
+/// The webhook process (`gangscaler webhook`) with a serving certificate from its own CA and,
+/// with `mutual`, the control plane's CA as its client CA; returns it, its port and its CA
+/// (PEM).
+fn start_webhook(cluster: &Cluster, mutual: bool) -> (Proc, u16, String) {
     let dir = cluster.dir.join("webhook");
     std::fs::create_dir_all(&dir).unwrap();
     let ca = TestCa::new("gangscaler-webhook-ca");
@@ -196,9 +197,14 @@ fn start_webhook(cluster: &Cluster) -> (Proc, u16, String) {
         &format!("--listen=127.0.0.1:{port}"),
         &format!("--tls-cert={}", dir.join("tls.crt").display()),
         &format!("--tls-key={}", dir.join("tls.key").display()),
-        &format!("--client-ca={}", cluster.dir.join("ca.crt").display()),
         &format!("--kubeconfig={}", cluster.kubeconfig.display()),
     ]);
+    if mutual {
+        cmd.arg(format!(
+            "--client-ca={}",
+            cluster.dir.join("ca.crt").display()
+        ));
+    }
     (
         Proc::spawn_logged("gangscaler-webhook", &cluster.dir, cmd),
         port,
@@ -226,23 +232,18 @@ fn annotated_pod(name: &str, replica_key: Option<&str>) -> Value {
     }})
 }
 
-#[tokio::test]
-#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
-async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_ca_scales_for_them()
-{
-    let to = row_api();
-    let setup = Setup::new("webhook-gang", "strict", vec![Group::new("gpu", 4)]);
-    let s = Scenario::start(setup).await;
-    let (mut webhook, port, ca) = start_webhook(&s.cluster);
+/// Registers the webhook at `https://127.0.0.1:<port>/mutate` for the creation of pods
+/// carrying the workload annotation, trusting `ca` (PEM) for its certificate.
+async fn register_webhook(client: &kube::Client, port: u16, ca: &str) {
     create_dynamic(
-        &s.client,
+        client,
         json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": "gangscaler-gang-links"},
             "webhooks": [{
                 "name": "gang-links.gangscaler.io",
-                "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate"), "caBundle": base64(&ca)},
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate"), "caBundle": base64(ca)},
                 "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                            "resources": ["pods"], "scope": "Namespaced"}],
                 "matchConditions": [{"name": "gang-annotated",
@@ -255,6 +256,72 @@ async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_
         }),
     )
     .await;
+}
+
+/// The link a dry-run create of an annotated pod comes back with, once the API server has
+/// picked the webhook configuration up (within a few seconds).
+async fn dry_run_link(client: &kube::Client, field: &str, replica_key: &str) -> Value {
+    eventually(
+        "the webhook links a dry-run pod",
+        Duration::from_secs(30),
+        || async {
+            let created = create(client, &annotated_pod("train-dry", Some(replica_key)), true)
+                .await
+                .unwrap()
+                .ok()?;
+            let spec = serde_json::to_value(&created).unwrap()["spec"].clone();
+            spec.get(field).cloned()
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn the_webhook_without_a_client_ca_serves_an_api_server_that_trusts_its_certificate() {
+    let to = row_api();
+    let cluster = Cluster::start("webhook-server-tls").await;
+    let client = cluster.client().await;
+    let (mut webhook, port, ca) = start_webhook(&cluster, false);
+    register_webhook(&client, port, &ca).await;
+    let workload = if to == GangApi::V1Alpha1 {
+        json!({"podGroups": [{"name": "workers", "policy": {"basic": {}}}]})
+    } else {
+        json!({"podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"basic": {}}}]})
+    };
+    create_dynamic(
+        &client,
+        json!({"apiVersion": to.api_version(), "kind": "Workload",
+               "metadata": {"name": "train", "namespace": "default"}, "spec": workload}),
+    )
+    .await;
+    let link = dry_run_link(&client, to.pod_link_field(), "k").await;
+    let want = match to {
+        GangApi::V1Alpha1 => {
+            json!({"name": "train", "podGroup": "workers", "podGroupReplicaKey": "k"})
+        }
+        _ => json!({"podGroupName": "train-workers-k"}),
+    };
+    assert_eq!(link, want);
+    webhook.assert_running();
+    let log = std::fs::read_to_string(cluster.dir.join("gangscaler-webhook.log")).unwrap();
+    assert!(
+        log.contains("no --client-ca"),
+        "the missing client CA is warned about: {log}"
+    );
+    webhook.stop();
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_ca_scales_for_them()
+{
+    let to = row_api();
+    let setup = Setup::new("webhook-gang", "strict", vec![Group::new("gpu", 4)]);
+    let s = Scenario::start(setup).await;
+    let (mut webhook, port, ca) = start_webhook(&s.cluster, true);
+    register_webhook(&s.client, port, &ca).await;
+
     let workload = if to == GangApi::V1Alpha1 {
         json!({"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 4}}}]})
     } else {
@@ -269,20 +336,7 @@ async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_
     let field = to.pod_link_field();
 
     // A dry run gets its link but leaves no PodGroup behind (sideEffects: NoneOnDryRun).
-    // The API server picks the webhook configuration up within a few seconds.
-    let dry = eventually(
-        "the webhook links a dry-run pod",
-        Duration::from_secs(30),
-        || async {
-            let created = create(&s.client, &annotated_pod("train-dry", Some("dry")), true)
-                .await
-                .unwrap()
-                .ok()?;
-            let spec = serde_json::to_value(&created).unwrap()["spec"].clone();
-            spec.get(field).cloned()
-        },
-    )
-    .await;
+    let dry = dry_run_link(&s.client, field, "dry").await;
     let pod_groups = to.has_pod_groups().then(|| {
         let ar = kube::api::ApiResource::from_gvk(&GroupVersionKind::gvk(
             "scheduling.k8s.io",
