@@ -12,47 +12,18 @@ use gangscaler::migrate::convert::convert;
 use gangscaler::migrate::parse;
 use gangscaler::webhook::{ANNOTATION_REPLICA_KEY, ANNOTATION_TEMPLATE, ANNOTATION_WORKLOAD};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
-use kube::discovery::Scope;
+use kube::api::{Api, DynamicObject, GroupVersionKind};
 use rcgen::ExtendedKeyUsagePurpose;
 use serde_json::{Value, json};
 
 use super::ca_scaleup::assert_ca_made_the_calls;
 use super::harness::{Cluster, Proc, TestCa, Versions, eventually, free_port, write};
 use super::scenario::{GPU, GPUS_PER_NODE, Group, Scenario, Setup};
+use super::support::try_create;
 use super::{create_dynamic, gangscaler_bin};
 
 fn row_api() -> GangApi {
     Versions::load().gang_api.parse().unwrap()
-}
-
-/// Creates `object` (dry run or not) and returns what the API server answered, or its
-/// error; `None` when its API is not served here (a CRD that is not installed).
-async fn create(
-    client: &kube::Client,
-    object: &Value,
-    dry_run: bool,
-) -> Option<Result<DynamicObject, kube::Error>> {
-    let obj: DynamicObject = serde_json::from_value(object.clone()).unwrap();
-    let tm = obj.types.clone().unwrap();
-    let (group, version) = tm
-        .api_version
-        .split_once('/')
-        .unwrap_or(("", tm.api_version.as_str()));
-    let gvk = GroupVersionKind::gvk(group, version, &tm.kind);
-    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.ok()?;
-    let api: Api<DynamicObject> = match caps.scope {
-        Scope::Namespaced => {
-            let ns = obj.metadata.namespace.as_deref().unwrap_or("default");
-            Api::namespaced_with(client.clone(), ns, &ar)
-        }
-        Scope::Cluster => Api::all_with(client.clone(), &ar),
-    };
-    let params = PostParams {
-        dry_run,
-        ..PostParams::default()
-    };
-    Some(api.create(&params, &obj).await)
 }
 
 /// Every pod spec's gang link in `object` (its `workloadRef` or `schedulingGroup`).
@@ -119,7 +90,7 @@ async fn converted_manifests_are_accepted_by_the_rows_api_server() {
             // A PodGroup must name an existing Workload, so Workloads are created for real;
             // everything else only in a dry run.
             let dry_run = kind != "Workload";
-            let Some(created) = create(&client, &object, dry_run).await else {
+            let Some(created) = try_create(&client, &object, dry_run).await else {
                 skipped.push(format!("{kind} {}", object["apiVersion"]));
                 continue;
             };
@@ -166,7 +137,7 @@ async fn converted_manifests_are_accepted_by_the_rows_api_server() {
         .map(|d| d.node.to_json())
         .find(|v| v["kind"] == "Workload")
         .unwrap();
-    let refused = create(&client, &workload, true).await;
+    let refused = try_create(&client, &workload, true).await;
     assert!(
         !matches!(refused, Some(Ok(_))),
         "{} accepted a Workload of {}",
@@ -265,7 +236,7 @@ async fn dry_run_link(client: &kube::Client, field: &str, replica_key: &str) -> 
         "the webhook links a dry-run pod",
         Duration::from_secs(30),
         || async {
-            let created = create(client, &annotated_pod("train-dry", Some(replica_key)), true)
+            let created = try_create(client, &annotated_pod("train-dry", Some(replica_key)), true)
                 .await
                 .unwrap()
                 .ok()?;
@@ -361,7 +332,7 @@ async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_
     // A pod that names a Workload that does not exist is refused, naming it.
     let mut stray = annotated_pod("stray-0", None);
     stray["metadata"]["annotations"][ANNOTATION_WORKLOAD] = json!("missing");
-    let refused = create(&s.client, &stray, false).await.unwrap();
+    let refused = try_create(&s.client, &stray, false).await.unwrap();
     if to.has_pod_groups() {
         let err = refused.expect_err("a pod of a missing Workload was admitted");
         assert!(

@@ -66,16 +66,35 @@ pub fn start_gangscaler_with_env<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::O
 
 /// Creates `value` (any kind, in its `metadata.namespace` or `default`) through the dynamic
 /// API, so fields the typed structs of this build lack (such as `spec.workloadRef` on 1.35)
-/// reach the API server.
+/// reach the API server. Panics naming the object when it is refused.
 pub async fn create_dynamic(client: &kube::Client, value: serde_json::Value) {
-    let obj: kube::api::DynamicObject = serde_json::from_value(value).unwrap();
+    let kind = value["kind"].as_str().unwrap_or_default().to_owned();
+    let name = value["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    match try_create(client, &value, false).await {
+        None => panic!("creating {kind} {name}: its kind is not served"),
+        Some(Err(e)) => panic!("creating {kind} {name}: {e}"),
+        Some(Ok(_)) => {}
+    }
+}
+
+/// [`create_dynamic`] as a server-side dry run or not, returning what the API server
+/// answered or its error; `None` when the kind is not served (a CRD that is not installed).
+pub async fn try_create(
+    client: &kube::Client,
+    value: &serde_json::Value,
+    dry_run: bool,
+) -> Option<Result<kube::api::DynamicObject, kube::Error>> {
+    let obj: kube::api::DynamicObject = serde_json::from_value(value.clone()).unwrap();
     let tm = obj.types.clone().unwrap();
     let (group, version) = tm
         .api_version
         .split_once('/')
         .unwrap_or(("", tm.api_version.as_str()));
     let gvk = kube::api::GroupVersionKind::gvk(group, version, &tm.kind);
-    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.ok()?;
     let api: Api<kube::api::DynamicObject> = match caps.scope {
         kube::discovery::Scope::Namespaced => {
             let ns = obj.metadata.namespace.as_deref().unwrap_or("default");
@@ -83,13 +102,11 @@ pub async fn create_dynamic(client: &kube::Client, value: serde_json::Value) {
         }
         kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &ar),
     };
-    if let Err(e) = api.create(&PostParams::default(), &obj).await {
-        panic!(
-            "creating {} {}: {e}",
-            tm.kind,
-            obj.metadata.name.unwrap_or_default()
-        );
-    }
+    let params = PostParams {
+        dry_run,
+        ..PostParams::default()
+    };
+    Some(api.create(&params, &obj).await)
 }
 
 /// The gang object (a PodGroup, or a Workload on v1alpha1) named `name` with minCount `min`.
