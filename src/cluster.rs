@@ -49,7 +49,7 @@ pub use demand::demand;
 pub use gangs::{GangView, SCHEDULED_GRACE_SECS, gangs};
 pub(crate) use gangs::{gang_name, link};
 pub use index::GangIndex;
-pub use node::is_node_ready;
+pub use node::{NodeSummary, NodeTable, is_node_ready};
 pub use objects::{GangObject, GangObjectKey, ObjectSet, StorageKind};
 pub use pod::{CompactPod, PodKey, PodLink};
 pub use problem::{ClaimCause, Issue, ObjectRef, Problem};

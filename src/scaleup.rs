@@ -50,7 +50,8 @@ mod test_support;
 
 pub use observe::{Facts, GroupFacts, observe};
 pub use progress::{
-    GangProgress, NodeProgress, node_progress, open_gang_progress, progress, progress_of,
+    GangProgress, NodeProgress, ProgressCache, group_facts, node_progress, open_gang_progress,
+    progress, progress_of,
 };
 pub use protect::Marker;
 pub use recorder::{Appended, Recorder, Resumed};

@@ -14,13 +14,17 @@
 //! - per pod, its resolved demand, shared between pods with equal demand (an interning table),
 //!   kept until the pod changes or, for pods with volumes, until a storage object changes;
 //! - per group, the gangs built at the last view, shared with the views handed out
-//!   ([`GangView::gangs`] holds `Arc`s). An event marks only its groups dirty; a view rebuilds
-//!   the dirty groups and adjusts only what depends on the clock (a stale scheduled condition,
-//!   a gang with no creation time).
+//!   ([`GangView::gangs`] holds `Arc`s), and all of them in view order. An event marks only
+//!   its groups dirty; a view rebuilds the dirty groups, moves only their gangs in the order,
+//!   and adjusts only the gangs whose view depends on the clock (a True scheduled condition
+//!   trusted while fresh, a gang with no creation time);
+//! - the problems and ungrouped pending pods of the last view, computed again only when
+//!   something they depend on changed (a gang object, a storage object, an unlinked pending
+//!   pod, or a group that is not a clean gang).
 //!
-//! A view therefore costs a pass over the groups (a pointer copy each) plus the work of what
-//! changed. [`GangIndex::view`] equals [`gangs`](super::gangs) over [`GangIndex::objects`]
-//! after any sequence of events; a property test holds it to that.
+//! A view therefore costs a copy of the ordered gang list (a pointer each) plus the work of
+//! what changed. [`GangIndex::view`] equals [`gangs`](super::gangs) over
+//! [`GangIndex::objects`] after any sequence of events; a property test holds it to that.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -36,7 +40,7 @@ use super::gangs::{
 use super::objects::{GangObject, GangObjectKey, ObjectSet, PodSet, StorageKind};
 use super::pod::{CompactPod, PodKey};
 use super::problem::{Issue, ObjectRef, Problem};
-use crate::model::{Gang, PodDemand};
+use crate::model::{Gang, GangRef, PodDemand};
 
 /// What one gang object contributes: its adapter's problems, in reading order, and the
 /// groups it is a candidate definition of.
@@ -60,11 +64,25 @@ struct Resolved {
     issues: Box<[Issue]>,
 }
 
-/// A gang as built at the last view, and whether its creation time came from the clock.
+/// A gang as built at the last view, whether its creation time came from the clock, and its
+/// bound members.
 #[derive(Debug)]
 struct Instance {
     gang: Arc<Gang>,
     created_from_clock: bool,
+    bound: usize,
+}
+
+impl Instance {
+    /// Whether the view of this gang can change with the clock alone: its creation time is
+    /// the clock's, or it trusts a True scheduled condition only while it is fresh.
+    fn timed(&self, def: &GroupDef, min_count: u32) -> bool {
+        let whole = u32::try_from(self.bound).unwrap_or(u32::MAX) >= min_count;
+        self.created_from_clock
+            || def
+                .scheduled
+                .is_some_and(|c| c.status && !whole && c.last_transition_unix.is_some())
+    }
 }
 
 /// The gangs of one group as built at the last view, and the demand problems of their
@@ -73,6 +91,17 @@ struct Instance {
 struct Built {
     instances: Vec<Instance>,
     problems: Vec<Problem>,
+}
+
+/// Where a gang sits in the view: by its reference, then (for two groups giving the same
+/// reference) by group and replica, as the join orders them.
+type SortKey = (GangRef, GroupKey, usize);
+
+/// The parts of a view besides the gangs: problems and ungrouped pending pods.
+#[derive(Debug, Clone, Default)]
+struct Extras {
+    problems: Vec<Problem>,
+    ungrouped: Vec<(String, PodDemand)>,
 }
 
 /// Live pods naming one group, by replica key, by name.
@@ -94,6 +123,15 @@ pub struct GangIndex {
     disrupted: BTreeMap<(String, String), BTreeSet<String>>,
     resolved: HashMap<PodKey, Resolved>,
     built: HashMap<GroupKey, Built>,
+    /// The gangs of every built group, in view order.
+    sorted: BTreeMap<SortKey, Arc<Gang>>,
+    /// Built groups with a gang whose view depends on the clock ([`Instance::timed`]).
+    timed: HashSet<GroupKey>,
+    /// The problems and ungrouped pods of the last view, or `None` once something they
+    /// depend on changed: a gang object, a storage object, an unlinked pending pod, or a
+    /// group that is not a gang (basic policy, unreadable, missing) or whose members have
+    /// demand problems.
+    extras: Option<Extras>,
     dirty: HashSet<GroupKey>,
     /// Bumped by every storage change.
     generation: u64,
@@ -176,6 +214,7 @@ impl GangIndex {
                     self.track_member(key, replica, pod.name(), volumes, add);
                 }
                 None if pod.node_name().is_none() && !pod.is_gated() => {
+                    self.extras = None;
                     if add {
                         self.unlinked_pending.insert(pod.key().clone());
                     } else {
@@ -254,6 +293,7 @@ impl GangIndex {
             return;
         }
         self.forget_readings(&key);
+        self.extras = None;
         let (readings, candidates) = read(&object);
         for (group, known) in candidates {
             self.dirty.insert(group.clone());
@@ -277,6 +317,7 @@ impl GangIndex {
     /// The gang object with identity `key` was deleted.
     pub fn delete_gang_object(&mut self, key: &GangObjectKey) {
         self.forget_readings(key);
+        self.extras = None;
         if let Some(object) = self.objects.remove_gang_object(key)
             && object.kind() == "Workload"
         {
@@ -401,10 +442,105 @@ impl GangIndex {
         if self.generation_seen != self.generation {
             self.dirty.extend(self.volume_members.keys().cloned());
             self.generation_seen = self.generation;
+            self.extras = None;
         }
-        for key in std::mem::take(&mut self.dirty) {
-            self.built.remove(&key);
+        let dirty = std::mem::take(&mut self.dirty);
+        for key in &dirty {
+            self.unbuild(key);
         }
+        let Self {
+            objects,
+            candidates,
+            members,
+            resolved,
+            built,
+            sorted,
+            timed,
+            extras,
+            generation,
+            interner,
+            ..
+        } = self;
+        let mut demands = Demands {
+            objects,
+            resolved,
+            interner,
+            generation: *generation,
+        };
+        for key in &dirty {
+            let Some((known, def, min_count)) = gang_def(candidates, key) else {
+                // Not a gang: what it gives is in the extras.
+                *extras = None;
+                continue;
+            };
+            let b = build(
+                &mut demands,
+                known,
+                def,
+                min_count,
+                members.get(key),
+                now_unix,
+            );
+            if !b.problems.is_empty() {
+                *extras = None;
+            }
+            for (i, instance) in b.instances.iter().enumerate() {
+                let at = (instance.gang.id.clone(), key.clone(), i);
+                sorted.insert(at, Arc::clone(&instance.gang));
+            }
+            if b.instances.iter().any(|i| i.timed(def, min_count)) {
+                timed.insert(key.clone());
+            }
+            built.insert(key.clone(), b);
+        }
+        for key in timed.iter() {
+            let (Some(b), Some((_, def, min_count))) =
+                (built.get_mut(key), gang_def(candidates, key))
+            else {
+                continue;
+            };
+            for (i, instance) in b.instances.iter_mut().enumerate() {
+                if adjust(instance, def, min_count, now_unix) {
+                    let at = (instance.gang.id.clone(), key.clone(), i);
+                    sorted.insert(at, Arc::clone(&instance.gang));
+                }
+            }
+        }
+        let gangs: Vec<Arc<Gang>> = sorted.values().cloned().collect();
+        let extras = match &self.extras {
+            Some(e) => e.clone(),
+            None => {
+                let e = self.extras_now();
+                self.extras = Some(e.clone());
+                e
+            }
+        };
+        self.trim_interner();
+        GangView {
+            gangs,
+            ungrouped_pending: extras.ungrouped,
+            problems: extras.problems,
+        }
+    }
+
+    /// Forgets what the last view built for the group `key`.
+    fn unbuild(&mut self, key: &GroupKey) {
+        self.timed.remove(key);
+        let Some(old) = self.built.remove(key) else {
+            return;
+        };
+        if !old.problems.is_empty() {
+            self.extras = None;
+        }
+        for (i, instance) in old.instances.into_iter().enumerate() {
+            self.sorted
+                .remove(&(instance.gang.id.clone(), key.clone(), i));
+        }
+    }
+
+    /// The problems and ungrouped pending pods, from every group (the gangs' demand problems
+    /// as their last build found them), gang object and unlinked pod.
+    fn extras_now(&mut self) -> Extras {
         let Self {
             objects,
             readings,
@@ -433,7 +569,6 @@ impl GangIndex {
                 problems.push(p.clone());
             }
         }
-        let mut gangs = Vec::new();
         let mut ungrouped = Vec::new();
         for (group, defs) in candidates.iter() {
             let Some(((_, object), known)) = defs.first_key_value() else {
@@ -442,15 +577,10 @@ impl GangIndex {
             let replicas = members.get(group);
             match &known.state {
                 Ok(def) => match def.policy {
-                    Policy::Gang { min_count } => {
-                        let entry = built.entry(group.clone()).or_insert_with(|| {
-                            build(&mut demands, known, def, min_count, replicas, now_unix)
-                        });
-                        for instance in &mut entry.instances {
-                            adjust(instance, def, min_count, now_unix);
-                            gangs.push(Arc::clone(&instance.gang));
+                    Policy::Gang { .. } => {
+                        if let Some(b) = built.get(group) {
+                            problems.extend(b.problems.iter().cloned());
                         }
-                        problems.extend(entry.problems.iter().cloned());
                     }
                     Policy::Basic => {
                         for pod in replica_pods(demands.objects, group, replicas) {
@@ -502,13 +632,10 @@ impl GangIndex {
             problem.held_out.sort();
         }
         problems.sort();
-        gangs.sort_by(|a, b| a.id.cmp(&b.id));
         ungrouped.sort_by(|a, b| a.0.cmp(&b.0));
-        self.trim_interner();
-        GangView {
-            gangs,
-            ungrouped_pending: ungrouped,
+        Extras {
             problems,
+            ungrouped,
         }
     }
 
@@ -642,9 +769,11 @@ fn build(
         let first_pod = members.iter().filter_map(|(p, _)| p.created_unix()).min();
         let created_from_clock = def.created_unix.is_none() && first_pod.is_none();
         let gang = build_gang(known, def, min_count, replica, members, now_unix);
+        let bound = gang.members.iter().filter(|m| m.node.is_some()).count();
         instances.push(Instance {
             gang: Arc::new(gang),
             created_from_clock,
+            bound,
         });
     }
     Built {
@@ -654,19 +783,37 @@ fn build(
 }
 
 /// Brings what depends on the clock up to `now_unix`: whether the scheduled condition is
-/// still trusted, and the creation time of a gang that has none.
-fn adjust(instance: &mut Instance, def: &GroupDef, min_count: u32, now_unix: i64) {
-    let bound = usize::try_from(instance.gang.bound_count()).unwrap_or(usize::MAX);
+/// still trusted, and the creation time of a gang that has none. Whether the gang changed.
+fn adjust(instance: &mut Instance, def: &GroupDef, min_count: u32, now_unix: i64) -> bool {
     let scheduled = def
         .scheduled
-        .is_some_and(|c| trust_scheduled(c, bound, min_count, now_unix));
+        .is_some_and(|c| trust_scheduled(c, instance.bound, min_count, now_unix));
     let clock = instance.created_from_clock && instance.gang.created_unix != now_unix;
-    if instance.gang.scheduled != scheduled || clock {
-        let gang = Arc::make_mut(&mut instance.gang);
-        gang.scheduled = scheduled;
-        if instance.created_from_clock {
-            gang.created_unix = now_unix;
-        }
+    if instance.gang.scheduled == scheduled && !clock {
+        return false;
+    }
+    // `sorted` holds a clone, so this copies: a gang handed out in a view never changes.
+    let gang = Arc::make_mut(&mut instance.gang);
+    gang.scheduled = scheduled;
+    if instance.created_from_clock {
+        gang.created_unix = now_unix;
+    }
+    true
+}
+
+/// The winning definition of `group` when it is a gang: its reading, definition and
+/// `minCount`.
+fn gang_def<'a>(
+    candidates: &'a HashMap<GroupKey, BTreeMap<CandidateKey, Known>>,
+    group: &GroupKey,
+) -> Option<(&'a Known, &'a GroupDef, u32)> {
+    let (_, known) = candidates.get(group)?.first_key_value()?;
+    match &known.state {
+        Ok(def) => match def.policy {
+            Policy::Gang { min_count } => Some((known, def, min_count)),
+            Policy::Basic => None,
+        },
+        Err(_) => None,
     }
 }
 

@@ -40,7 +40,8 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::objects::{PodEntry, PodSet};
 use super::{
-    CompactPod, GangIndex, GangObject, GangView, ObjectSet, PodKey, StorageKind, adapters,
+    CompactPod, GangIndex, GangObject, GangView, NodeTable, ObjectSet, PodKey, StorageKind,
+    adapters,
 };
 use crate::model::labels;
 
@@ -159,8 +160,10 @@ pub struct PodWriter {
 /// The gang index shared by the watchers (writers) and the view (reader).
 pub type SharedIndex = Arc<Mutex<GangIndex>>;
 
-fn lock(index: &SharedIndex) -> std::sync::MutexGuard<'_, GangIndex> {
-    index.lock().unwrap_or_else(PoisonError::into_inner)
+/// Locks `m`; a panic while it was held leaves what was written so far, which the next
+/// event or re-list corrects.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl PodWriter {
@@ -262,6 +265,8 @@ pub struct ClusterView {
     classes: Store<StorageClass>,
     drivers: Store<CSIDriver>,
     nodes: Store<Node>,
+    /// What the scale-up lifecycle reads of each Node, fed by the node watcher.
+    node_table: Arc<Mutex<NodeTable>>,
     csi_nodes: Store<CSINode>,
     attachments: Store<VolumeAttachment>,
     gangs: Vec<(ApiResource, Store<DynamicObject>)>,
@@ -454,13 +459,33 @@ where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
 {
+    typed_store_and(client, name, slim, health, shutdown, |_| {})
+}
+
+/// As [`typed_store`], also handing every (slimmed) event to `also`.
+fn typed_store_and<K>(
+    client: &kube::Client,
+    name: &'static str,
+    slim: fn(&mut K),
+    health: &Arc<Health>,
+    shutdown: &CancellationToken,
+    mut also: impl FnMut(&Event<K>) + Send + 'static,
+) -> Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+{
     let (reader, mut writer) = reflector::store();
     drive(
         Api::<K>::all(client.clone()),
         name.to_owned(),
         health.clone(),
         shutdown.clone(),
-        move |event| writer.apply_watcher_event(&event.modify(slim)),
+        move |event| {
+            let event = event.modify(slim);
+            also(&event);
+            writer.apply_watcher_event(&event);
+        },
     );
     reader
 }
@@ -720,13 +745,18 @@ impl ClusterView {
             spawn_pod_watcher(api, writer, PodWriter::apply_pod, &health, shutdown);
         }
         let h = &health;
+        let node_table = Arc::new(Mutex::new(NodeTable::new()));
+        let table = Arc::clone(&node_table);
         Ok(Self {
             pods,
             pvcs: storage_store(&client, "PersistentVolumeClaim", &index, h, shutdown),
             pvs: storage_store(&client, "PersistentVolume", &index, h, shutdown),
             classes: storage_store(&client, "StorageClass", &index, h, shutdown),
             drivers: storage_store(&client, "CSIDriver", &index, h, shutdown),
-            nodes: typed_store(&client, "Node", slim_node, h, shutdown),
+            nodes: typed_store_and(&client, "Node", slim_node, h, shutdown, move |e| {
+                lock(&table).apply(e);
+            }),
+            node_table,
             csi_nodes: typed_store(&client, "CSINode", drop_managed_fields, h, shutdown),
             attachments: typed_store(
                 &client,
@@ -785,6 +815,12 @@ impl ClusterView {
     /// The nodes, as watched (slimmed).
     pub fn nodes(&self) -> Vec<Arc<Node>> {
         self.nodes.state()
+    }
+
+    /// Runs `f` on the [`NodeTable`], locked (keep it short: the node watcher waits
+    /// meanwhile).
+    pub fn with_node_table<T>(&self, f: impl FnOnce(&NodeTable) -> T) -> T {
+        f(&lock(&self.node_table))
     }
 
     /// The CSINodes, as watched.

@@ -48,14 +48,14 @@ pub struct Facts {
 
 /// What one scale-up got of its group's nodes.
 #[derive(Debug, Clone, Default)]
-struct Share {
+struct Share<'a> {
     /// Registered nodes plus instances not registered yet.
     created: u32,
     registered: u32,
     ready: u32,
     failed: Vec<String>,
     /// Names of the registered nodes.
-    nodes: Vec<String>,
+    nodes: Vec<&'a str>,
 }
 
 /// The observation of every lifecycle in `open` that `facts` has news of (see the module
@@ -75,12 +75,12 @@ pub fn observe(open: &[Open], facts: &Facts) -> BTreeMap<Key, Observation> {
 pub fn attributed_nodes(open: &[Open], facts: &Facts) -> BTreeMap<String, Vec<String>> {
     attribute(open, facts)
         .into_iter()
-        .map(|(id, share)| (id, share.nodes))
+        .map(|(id, share)| (id, share.nodes.into_iter().map(str::to_owned).collect()))
         .collect()
 }
 
 /// Shares each group's nodes, pending and failed instances among its open scale-ups.
-fn attribute(open: &[Open], facts: &Facts) -> BTreeMap<String, Share> {
+fn attribute<'a>(open: &[Open], facts: &'a Facts) -> BTreeMap<String, Share<'a>> {
     // One entry per scale-up: (group, requested at, id, nodes).
     let mut scale_ups: Vec<(&str, i64, &str, u32)> = open
         .iter()
@@ -118,7 +118,7 @@ fn attribute(open: &[Open], facts: &Facts) -> BTreeMap<String, Share> {
                 }
                 if !taken[i] && node.created_unix >= since {
                     taken[i] = true;
-                    share.nodes.push(node.name.clone());
+                    share.nodes.push(&node.name);
                     share.registered += 1;
                     share.ready += u32::from(node.ready);
                 }
@@ -134,7 +134,7 @@ fn attribute(open: &[Open], facts: &Facts) -> BTreeMap<String, Share> {
     shares
 }
 
-fn node_phase(n: u32, share: &Share) -> Phase {
+fn node_phase(n: u32, share: &Share<'_>) -> Phase {
     if n == 0 {
         // Reopened from a phase record whose decision was rotated away: the count is unknown.
         Phase::Requested
@@ -149,7 +149,7 @@ fn node_phase(n: u32, share: &Share) -> Phase {
     }
 }
 
-fn observe_one(open: &Open, share: &Share, facts: &Facts) -> Observation {
+fn observe_one(open: &Open, share: &Share<'_>, facts: &Facts) -> Observation {
     let n = open.nodes;
     let nodes = node_phase(n, share);
     let node_detail = format!("{}/{n} nodes ready", share.ready);

@@ -6,16 +6,18 @@
 //! view), `model` and `k8s-openapi`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde::Serialize;
 
+use super::observe::GroupFacts;
 use super::track::Open;
 use crate::cluster::{
-    GangIndex, GangView, ObjectSet, attachable_claims, gang_name, is_node_ready, link,
+    GangIndex, GangView, NodeTable, ObjectSet, attachable_claims, gang_name, is_node_ready, link,
 };
-use crate::model::{Gang, GangRef};
+use crate::model::{Gang, GangRef, Instance, InstanceState};
 
 /// One node of a node group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -100,62 +102,152 @@ pub fn progress_of<'g>(
     disrupted: impl Fn(&str, &str) -> Option<BTreeSet<String>>,
     attachments: &[impl AsRef<VolumeAttachment>],
 ) -> BTreeMap<GangRef, GangProgress> {
-    let by_volume: HashMap<(&str, &str), &VolumeAttachment> = attachments
+    let by_volume = by_volume(attachments);
+    let mut out = BTreeMap::new();
+    for gang in gangs {
+        let (mut p, needs) = members_progress(objects, gang);
+        attach(&mut p, &needs, &by_volume);
+        p.disrupted = disrupted_of(&disrupted, gang);
+        out.insert(gang.id.clone(), p);
+    }
+    out
+}
+
+/// An attachable volume of a bound member: what its progress reads from VolumeAttachments.
+#[derive(Debug, Clone)]
+pub(super) struct VolumeNeed {
+    pod: String,
+    claim: String,
+    /// The PersistentVolume its claim is bound to, once bound.
+    pv: Option<String>,
+    node: String,
+}
+
+/// VolumeAttachments by (PersistentVolume, node).
+type ByVolume<'a> = HashMap<(&'a str, &'a str), &'a VolumeAttachment>;
+
+fn by_volume(attachments: &[impl AsRef<VolumeAttachment>]) -> ByVolume<'_> {
+    attachments
         .iter()
         .map(AsRef::as_ref)
         .filter_map(|va| {
             let pv = va.spec.source.persistent_volume_name.as_deref()?;
             Some(((pv, va.spec.node_name.as_str()), va))
         })
-        .collect();
-    let mut out = BTreeMap::new();
-    for gang in gangs {
-        let mut p = GangProgress {
-            min_count: gang.min_count,
-            created_unix: gang.created_unix,
-            bound: gang.bound_count(),
-            ..GangProgress::default()
+        .collect()
+}
+
+/// What `gang` and its pods say of its progress (all but the attachments' state and the
+/// disrupted members), and the volumes whose attachments the rest depends on.
+fn members_progress(objects: &ObjectSet, gang: &Gang) -> (GangProgress, Vec<VolumeNeed>) {
+    let mut p = GangProgress {
+        min_count: gang.min_count,
+        created_unix: gang.created_unix,
+        bound: gang.bound_count(),
+        ..GangProgress::default()
+    };
+    p.formed = gang.scheduled || p.bound >= gang.min_count;
+    let mut needs = Vec::new();
+    for member in &gang.members {
+        let Some(pod) = objects.pod(&gang.id.namespace, &member.pod) else {
+            continue;
         };
-        p.formed = gang.scheduled || p.bound >= gang.min_count;
-        for member in &gang.members {
-            let Some(pod) = objects.pod(&gang.id.namespace, &member.pod) else {
-                continue;
-            };
-            if pod.is_running() {
-                p.running += 1;
-            }
-            let Some(node) = member.node.as_deref() else {
-                continue;
-            };
-            for (claim, pv) in attachable_claims(pod, objects) {
-                p.volumes_needed += 1;
-                let Some(va) = pv.as_deref().and_then(|pv| by_volume.get(&(pv, node))) else {
-                    continue;
-                };
-                let status = va.status.as_ref();
-                if status.is_some_and(|s| s.attached) {
-                    p.volumes_attached += 1;
-                } else if let Some(error) = status.and_then(|s| s.attach_error.as_ref()) {
-                    let message = error.message.as_deref().unwrap_or("attach error");
-                    p.attach_errors
-                        .push(format!("{}/{claim}: {message}", member.pod));
-                }
-            }
+        if pod.is_running() {
+            p.running += 1;
         }
-        p.attach_errors.sort();
-        p.disrupted = disrupted(&gang.id.namespace, &gang.id.name)
-            .map(|pods| pods.into_iter().collect())
-            .unwrap_or_default();
-        out.insert(gang.id.clone(), p);
+        let Some(node) = member.node.as_deref() else {
+            continue;
+        };
+        for (claim, pv) in attachable_claims(pod, objects) {
+            needs.push(VolumeNeed {
+                pod: member.pod.clone(),
+                claim,
+                pv,
+                node: node.to_owned(),
+            });
+        }
     }
-    out
+    p.volumes_needed = u32::try_from(needs.len()).unwrap_or(u32::MAX);
+    (p, needs)
+}
+
+/// Counts the `needs` attached, and lists their attach errors, from `by_volume`.
+fn attach(p: &mut GangProgress, needs: &[VolumeNeed], by_volume: &ByVolume<'_>) {
+    p.volumes_attached = 0;
+    p.attach_errors.clear();
+    for need in needs {
+        let Some(pv) = need.pv.as_deref() else {
+            continue;
+        };
+        let Some(va) = by_volume.get(&(pv, need.node.as_str())) else {
+            continue;
+        };
+        let status = va.status.as_ref();
+        if status.is_some_and(|s| s.attached) {
+            p.volumes_attached += 1;
+        } else if let Some(error) = status.and_then(|s| s.attach_error.as_ref()) {
+            let message = error.message.as_deref().unwrap_or("attach error");
+            p.attach_errors
+                .push(format!("{}/{}: {message}", need.pod, need.claim));
+        }
+    }
+    p.attach_errors.sort();
+}
+
+fn disrupted_of(
+    disrupted: &impl Fn(&str, &str) -> Option<BTreeSet<String>>,
+    gang: &Gang,
+) -> Vec<String> {
+    disrupted(&gang.id.namespace, &gang.id.name)
+        .map(|pods| pods.into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// Progress computed at earlier ticks, reused while its gang is unchanged: the same built
+/// gang (the [`GangIndex`] builds a new one when one of its pods, a storage object one of its
+/// members' volumes names, or what the clock decides changes; it never changes a gang in
+/// place that someone else holds, as this cache does). What changes without the gang
+/// changing is read afresh every tick: the VolumeAttachments of the volumes it needs, and the
+/// disrupted members. Held by the lifecycle loop between ticks.
+#[derive(Debug, Default)]
+pub struct ProgressCache {
+    pub(super) entries: HashMap<GangRef, Cached>,
+}
+
+/// One gang's progress as its members gave it, with the gang it was computed from and the
+/// volumes whose attachments complete it.
+#[derive(Debug)]
+pub(super) struct Cached {
+    gang: Arc<Gang>,
+    pub(super) progress: GangProgress,
+    needs: Vec<VolumeNeed>,
+}
+
+impl ProgressCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Gangs whose progress is held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// No progress is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
 }
 
 /// The gang view at `now_unix` and the progress of the gangs of the `open` scale-ups: what one
 /// lifecycle tick reads from the [`GangIndex`], under its lock. Its cost is the view's (what
-/// changed since the last one) plus the open scale-ups' gangs.
+/// changed since the last one) plus, for each open scale-up's gang, a lookup, its attachments
+/// and its disrupted members; what its members say is computed again only for the gangs that
+/// changed since `cache` saw them.
 pub fn open_gang_progress(
     index: &mut GangIndex,
+    cache: &mut ProgressCache,
     open: &[Open],
     attachments: &[impl AsRef<VolumeAttachment>],
     now_unix: i64,
@@ -166,18 +258,42 @@ pub fn open_gang_progress(
         .map(|g| (g.namespace.as_str(), g.name.as_str()))
         .collect();
     let view = index.view(now_unix);
-    let gangs = view
-        .gangs
-        .iter()
-        .filter(|g| wanted.contains(&(g.id.namespace.as_str(), g.id.name.as_str())))
-        .map(AsRef::as_ref);
-    let progress = progress_of(
-        index.objects(),
-        gangs,
-        |namespace, name| index.disrupted(namespace, name).cloned(),
-        attachments,
-    );
-    (view, progress)
+    let disrupted = |namespace: &str, name: &str| index.disrupted(namespace, name).cloned();
+    let by_volume = by_volume(attachments);
+    let mut out = BTreeMap::new();
+    let mut kept = HashMap::with_capacity(cache.entries.len());
+    for (namespace, name) in wanted {
+        // The view is sorted by reference: the gangs of this name are one run of it.
+        let start = view.gangs.partition_point(|g| key(g) < (namespace, name));
+        for gang in view.gangs[start..]
+            .iter()
+            .take_while(|g| key(g) == (namespace, name))
+        {
+            let entry = match cache.entries.remove(&gang.id) {
+                Some(c) if Arc::ptr_eq(&c.gang, gang) => c,
+                _ => {
+                    let (progress, needs) = members_progress(index.objects(), gang);
+                    Cached {
+                        gang: Arc::clone(gang),
+                        progress,
+                        needs,
+                    }
+                }
+            };
+            let mut p = entry.progress.clone();
+            attach(&mut p, &entry.needs, &by_volume);
+            p.disrupted = disrupted_of(&disrupted, gang);
+            out.insert(gang.id.clone(), p);
+            kept.insert(gang.id.clone(), entry);
+        }
+    }
+    cache.entries = kept;
+    (view, out)
+}
+
+/// A gang's namespace and name: what an open scale-up names it by.
+fn key(g: &Arc<Gang>) -> (&str, &str) {
+    (g.id.namespace.as_str(), g.id.name.as_str())
 }
 
 /// Pods with `DisruptionTarget` True that have not finished, by the (namespace, gang name)
@@ -198,6 +314,32 @@ fn disrupted_members(objects: &ObjectSet) -> BTreeMap<(&str, String), BTreeSet<S
         }
     }
     out
+}
+
+/// A node group's facts from its `instances`, as its backend lists them, and the
+/// [`NodeTable`]: failed instances, registered nodes, and instances neither failed nor
+/// registered yet (pending). An instance being deleted that has no node is neither.
+pub fn group_facts(instances: Vec<Instance>, nodes: &NodeTable) -> GroupFacts {
+    let mut g = GroupFacts::default();
+    for i in instances {
+        if let Some(e) = &i.error {
+            g.failed
+                .push(format!("{}: {}: {}", i.node_name, e.code, e.message));
+        } else if let Some(node) = nodes.get(&i.node_name) {
+            // A node without a creation time (never so on a real API server) is left out.
+            if let Some(created_unix) = node.created_unix {
+                let ready = node.ready;
+                g.nodes.push(NodeProgress {
+                    name: i.node_name,
+                    created_unix,
+                    ready,
+                });
+            }
+        } else if i.state != InstanceState::Deleting {
+            g.pending += 1;
+        }
+    }
+    g
 }
 
 /// A Node as the lifecycle tracker sees it: name, registration time and readiness. A node

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde_json::json;
 
-use super::progress::{GangProgress, node_progress, progress};
+use super::progress::{GangProgress, NodeProgress, node_progress, progress};
 use crate::cluster::{ObjectSet, gangs};
 use crate::model::GangRef;
 
@@ -759,4 +759,308 @@ fn a_node_without_a_name_or_creation_time_is_left_out() {
         "status": {"conditions": [{"type": "Ready", "status": "True"}]}
     }));
     assert_eq!(node_progress(&timeless), None);
+}
+
+// ---- group facts ----
+
+#[test]
+fn group_facts_read_failed_registered_and_pending_instances_through_the_node_table() {
+    use kube::runtime::watcher::Event;
+
+    use crate::cluster::NodeTable;
+    use crate::model::{ErrorCode, Instance, InstanceError, InstanceState};
+    use crate::scaleup::progress::group_facts;
+
+    let instance = |name: &str, state, error: Option<&str>| Instance {
+        id: format!("gangscaler-memory://gpu/{name}"),
+        node_name: name.into(),
+        state,
+        error: error.map(|m| InstanceError {
+            code: ErrorCode::Stockout,
+            message: m.into(),
+        }),
+    };
+    let mut table = NodeTable::new();
+    table.apply(&Event::Init);
+    for (name, ready, created) in [
+        ("gpu-0", true, Some("2026-09-01T11:55:00Z")),
+        ("gpu-1", false, Some("2026-09-01T11:56:00Z")),
+        ("gpu-2", true, None),
+    ] {
+        let mut value = json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}
+        });
+        if let Some(t) = created {
+            value["metadata"]["creationTimestamp"] = json!(t);
+        }
+        table.apply(&Event::InitApply(node(value)));
+    }
+    table.apply(&Event::InitDone);
+    let g = group_facts(
+        vec![
+            instance("gpu-0", InstanceState::Running, None),
+            instance("gpu-1", InstanceState::Running, None),
+            instance("gpu-2", InstanceState::Running, None),
+            instance("gpu-3", InstanceState::Creating, None),
+            instance("gpu-4", InstanceState::Deleting, None),
+            instance("gpu-5", InstanceState::Creating, Some("no capacity")),
+        ],
+        &table,
+    );
+    assert_eq!(
+        g.nodes,
+        [
+            NodeProgress {
+                name: "gpu-0".into(),
+                created_unix: NOW - 300,
+                ready: true
+            },
+            NodeProgress {
+                name: "gpu-1".into(),
+                created_unix: NOW - 240,
+                ready: false
+            },
+        ],
+        "gpu-2 has no creation time and is left out"
+    );
+    assert_eq!(g.pending, 1, "gpu-3; gpu-4 is being deleted");
+    assert_eq!(g.failed.len(), 1);
+    assert!(g.failed[0].starts_with("gpu-5: "), "{:?}", g.failed);
+    assert!(g.failed[0].ends_with(": no capacity"), "{:?}", g.failed);
+}
+
+// ---- the progress cache ----
+
+mod cache {
+    //! [`open_gang_progress`] with a [`ProgressCache`] kept across ticks equals the progress
+    //! computed from scratch, after any sequence of pod, gang object and storage changes,
+    //! VolumeAttachment changes and clock moves.
+
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::audit::{GangId, Phase};
+    use crate::cluster::{GangIndex, PodKey};
+    use crate::scaleup::progress::{ProgressCache, open_gang_progress};
+    use crate::scaleup::track::Open;
+
+    /// Every document of the fixtures above that share names (so that one replaces another).
+    fn corpus() -> &'static [Value] {
+        static CORPUS: std::sync::LazyLock<Vec<Value>> = std::sync::LazyLock::new(|| {
+            [BOUND_GANG, PARTIAL_GANG, DISRUPTED, WORKLOAD]
+                .iter()
+                .flat_map(|text| crate::yaml::documents(text, &crate::yaml::OBJECTS).unwrap())
+                .map(|d| d.value)
+                .collect()
+        });
+        &CORPUS
+    }
+
+    fn kind(v: &Value) -> &str {
+        v["kind"].as_str().unwrap_or_default()
+    }
+
+    /// Corpus object `i` changed by `how`: a pod unbound, moved, Pending, disrupted or being
+    /// deleted; a PodGroup with a scheduled condition (fresh until `NOW + 200`) or a smaller
+    /// `minCount`; a claim bound to the other volume; a volume of another CSI driver.
+    fn changed(i: usize, how: Option<u8>) -> Value {
+        let mut v = corpus()[i].clone();
+        let Some(how) = how else {
+            return v;
+        };
+        match (kind(&v), how % 5) {
+            ("Pod", 0) => {
+                v["spec"].as_object_mut().unwrap().remove("nodeName");
+            }
+            ("Pod", 1) => v["spec"]["nodeName"] = json!(format!("gpu-{}", how % 3)),
+            ("Pod", 2) => v["status"] = json!({"phase": "Pending"}),
+            ("Pod", 3) => {
+                v["status"]["conditions"] =
+                    json!([{"type": "DisruptionTarget", "status": "True", "reason": "x"}]);
+            }
+            ("Pod", _) => v["metadata"]["deletionTimestamp"] = json!("2026-09-01T11:59:30Z"),
+            ("PodGroup", n) if n % 2 == 0 => {
+                v["status"] = json!({"conditions": [{
+                    "type": "PodGroupScheduled", "status": "True", "reason": "Scheduled",
+                    "lastTransitionTime": "2026-09-01T11:58:20Z"
+                }]});
+            }
+            ("PodGroup", _) => v["spec"]["schedulingPolicy"] = json!({"gang": {"minCount": 1}}),
+            ("PersistentVolumeClaim", _) => v["spec"]["volumeName"] = json!("pv-data-1"),
+            ("PersistentVolume", _) => v["spec"]["csi"]["driver"] = json!("other.csi.example.com"),
+            _ => {}
+        }
+        v
+    }
+
+    fn apply(index: &mut GangIndex, v: &Value) {
+        let mut set = ObjectSet::new();
+        set.insert_value(v.clone()).unwrap();
+        match kind(v) {
+            "Pod" => index.apply_pod(Arc::new(set.pods().next().unwrap().clone())),
+            "PodGroup" | "Workload" => {
+                index.apply_gang_object(set.gang_objects().next().unwrap().clone());
+            }
+            "PersistentVolumeClaim" => index.apply_pvc(serde_json::from_value(v.clone()).unwrap()),
+            "PersistentVolume" => index.apply_pv(serde_json::from_value(v.clone()).unwrap()),
+            "StorageClass" => index.apply_storage_class(serde_json::from_value(v.clone()).unwrap()),
+            other => panic!("no such kind in the corpus: {other}"),
+        }
+    }
+
+    fn delete(index: &mut GangIndex, v: &Value) {
+        let namespace = v["metadata"]["namespace"].as_str().unwrap_or("default");
+        let name = v["metadata"]["name"].as_str().unwrap_or_default();
+        match kind(v) {
+            "Pod" => index.delete_pod(&PodKey {
+                namespace: namespace.into(),
+                name: name.into(),
+            }),
+            "PodGroup" | "Workload" => {
+                let mut set = ObjectSet::new();
+                set.insert_value(v.clone()).unwrap();
+                index.delete_gang_object(&set.gang_objects().next().unwrap().key());
+            }
+            "PersistentVolumeClaim" => index.delete_pvc(namespace, name),
+            "PersistentVolume" => index.delete_pv(name),
+            _ => index.delete_storage_class(name),
+        }
+    }
+
+    /// The VolumeAttachments picked by the bits of `mask`.
+    fn attachments(mask: u8) -> Vec<Arc<VolumeAttachment>> {
+        let all = [
+            va("pv-data-0", "gpu-0", true),
+            va("pv-data-1", "gpu-1", true),
+            va("pv-data-1", "gpu-1", false),
+            failed_va("pv-data-0", "gpu-0", "quota"),
+            va("pv-data-1", "gpu-2", true),
+        ];
+        all.into_iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, va)| va)
+            .collect()
+    }
+
+    /// One open scale-up per gang name any corpus object can give.
+    fn open() -> Vec<Open> {
+        let names = [
+            "train",
+            "other",
+            "train/workers",
+            "train/sweep/a",
+            "missing",
+        ];
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Open {
+                scale_up_id: format!("su-{i}"),
+                node_group: "gpu".into(),
+                gang: Some(GangId {
+                    namespace: "ml".into(),
+                    name: (*name).into(),
+                    api_version: String::new(),
+                    kind: String::new(),
+                }),
+                nodes: 2,
+                gang_nodes: 2,
+                phase: Phase::Requested,
+                requested_at_ms: CREATED * 1000,
+                formed_at_ms: None,
+                attached_at_ms: None,
+            })
+            .collect()
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Apply(usize, Option<u8>),
+        Delete(usize),
+        Attachments(u8),
+        /// Seconds after [`NOW`].
+        Clock(i64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let n = corpus().len();
+        prop_oneof![
+            6 => (0..n, proptest::option::of(any::<u8>())).prop_map(|(i, h)| Step::Apply(i, h)),
+            2 => (0..n).prop_map(Step::Delete),
+            2 => any::<u8>().prop_map(Step::Attachments),
+            1 => prop_oneof![Just(0i64), Just(199), Just(201)].prop_map(Step::Clock),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        #[test]
+        fn cached_progress_equals_progress_from_scratch(
+            steps in proptest::collection::vec(step(), 1..40),
+        ) {
+            let open = open();
+            let mut index = GangIndex::new();
+            let mut cache = ProgressCache::new();
+            let mut vas = Vec::new();
+            let mut now = NOW;
+            for (n, step) in steps.iter().enumerate() {
+                match step {
+                    Step::Apply(i, how) => apply(&mut index, &changed(*i, *how)),
+                    Step::Delete(i) => delete(&mut index, &corpus()[*i]),
+                    Step::Attachments(mask) => vas = attachments(*mask),
+                    Step::Clock(dt) => now = NOW + dt,
+                }
+                let (view, cached) = open_gang_progress(&mut index, &mut cache, &open, &vas, now);
+                let objects = index.objects().clone();
+                let mut expected = progress(&objects, &gangs(&objects, now), &vas);
+                expected.retain(|g, _| open.iter().any(|o| {
+                    o.gang.as_ref().is_some_and(|w| w.namespace == g.namespace && w.name == g.name)
+                }));
+                prop_assert_eq!(&view, &gangs(&objects, now));
+                prop_assert_eq!(&cached, &expected, "after step {} ({:?})", n, step);
+                prop_assert!(cache.len() <= expected.len());
+            }
+        }
+    }
+
+    #[test]
+    fn an_unchanged_gang_is_not_computed_again_and_a_changed_one_is() {
+        let open = open();
+        let tick = |index: &mut GangIndex, cache: &mut ProgressCache| {
+            open_gang_progress(index, cache, &open, &[] as &[Arc<VolumeAttachment>], NOW)
+        };
+        let mut index = GangIndex::new();
+        for i in 0..corpus().len() {
+            apply(&mut index, &changed(i, None));
+        }
+        let mut cache = ProgressCache::new();
+        let (_, first) = tick(&mut index, &mut cache);
+        assert!(!first.is_empty());
+        // Poison what the cache holds: a reuse shows.
+        for entry in cache.entries.values_mut() {
+            entry.progress.running += 100;
+        }
+        let (_, second) = tick(&mut index, &mut cache);
+        let reused: Vec<&GangRef> = second
+            .iter()
+            .filter(|(_, p)| p.running >= 100)
+            .map(|(g, _)| g)
+            .collect();
+        assert_eq!(reused.len(), first.len(), "{reused:?}");
+        // A member of ml/other changes phase: that gang alone is computed again.
+        let pod = corpus()
+            .iter()
+            .position(|v| kind(v) == "Pod" && v["metadata"]["name"] == "other-0")
+            .unwrap();
+        apply(&mut index, &changed(pod, Some(2)));
+        let (_, third) = tick(&mut index, &mut cache);
+        let other = gang(&third, "ml", "other");
+        assert!(other.running < 100, "{other:?}");
+        let still: usize = third.values().filter(|p| p.running >= 100).count();
+        assert_eq!(still, first.len() - 1);
+    }
 }

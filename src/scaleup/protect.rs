@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 
 use super::track::Open;
+use crate::cluster::NodeTable;
 
 pub use crate::model::labels::{SCALE_DOWN_DISABLED, SCALE_DOWN_PROTECTED_FOR as PROTECTED_FOR};
 
@@ -51,6 +52,28 @@ pub struct Marks {
 }
 
 impl Marks {
+    /// The marks of the nodes `plan` needs to see for `wanted`: the wanted ones and the ones
+    /// carrying our marker (the others give no change), as the node table has them, sorted by
+    /// name.
+    pub fn for_plan(wanted: &BTreeMap<String, String>, nodes: &NodeTable) -> Vec<Self> {
+        let names: BTreeSet<&str> = wanted
+            .keys()
+            .map(String::as_str)
+            .chain(nodes.marked())
+            .collect();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let s = nodes.get(name)?;
+                Some(Self {
+                    name: name.to_owned(),
+                    disabled: s.scale_down_disabled,
+                    protected_for: s.protected_for.clone(),
+                })
+            })
+            .collect()
+    }
+
     /// The marks of `node` (`None` for a node without a name).
     pub fn of(node: &Node) -> Option<Self> {
         let annotations = node.metadata.annotations.as_ref();
@@ -237,5 +260,46 @@ mod tests {
         let c = plan(&BTreeMap::new(), &nodes);
         assert_eq!(c.release, ["a", "b"]);
         assert_eq!(c.protected, 0);
+    }
+
+    proptest::proptest! {
+        /// Planning from the node table's wanted and marked nodes gives the changes planning
+        /// over every Node gives (in name order).
+        #[test]
+        fn the_node_tables_marks_plan_as_every_nodes_marks_do(
+            nodes in proptest::collection::vec((0u8..3, 0u8..4), 0..12),
+            wanted in proptest::collection::btree_map(0u8..16, 0u8..3, 0..8),
+        ) {
+            use kube::runtime::watcher::Event;
+            let mut table = NodeTable::new();
+            let mut all = Vec::new();
+            table.apply(&Event::Init);
+            for (i, (disabled, marker)) in nodes.iter().enumerate() {
+                let mut annotations = serde_json::Map::new();
+                if *disabled > 0 {
+                    let v = if *disabled == 1 { "true" } else { "false" };
+                    annotations.insert(SCALE_DOWN_DISABLED.into(), v.into());
+                }
+                if *marker > 0 {
+                    annotations.insert(PROTECTED_FOR.into(), format!("su-{marker}").into());
+                }
+                let node: Node = serde_json::from_value(serde_json::json!({
+                    "apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": format!("n-{i}"), "annotations": annotations}
+                }))
+                .unwrap();
+                all.extend(Marks::of(&node));
+                table.apply(&Event::InitApply(node));
+            }
+            table.apply(&Event::InitDone);
+            let wanted: BTreeMap<String, String> = wanted
+                .into_iter()
+                .map(|(n, id)| (format!("n-{n}"), format!("su-{id}")))
+                .collect();
+            all.sort_by(|a, b| a.name.cmp(&b.name));
+            let expected = plan(&wanted, &all);
+            let got = plan(&wanted, &Marks::for_plan(&wanted, &table));
+            proptest::prop_assert_eq!(got, expected);
+        }
     }
 }

@@ -30,18 +30,17 @@
 //! and `model`. It reaches the backends only through [`InstanceSource`], which the engine
 //! implements, and reads the clock it is given.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Node;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::events::events_for;
 use super::observe::{Facts, GroupFacts, attributed_nodes, observe};
-use super::progress::{GangProgress, node_progress, open_gang_progress};
+use super::progress::{GangProgress, ProgressCache, group_facts, open_gang_progress};
 use super::protect::{Marker, Marks, plan, wanted};
 use super::recorder::{Appended, Recorder};
 use super::track::Open;
@@ -49,7 +48,7 @@ use crate::audit::{Event, Outcome};
 use crate::cluster::{self, ClusterView, Stale, Unseen};
 use crate::events::{EventPublisher, REASON_NOT_SEEN};
 use crate::metrics::{GroupLabels, Metrics, ScaleUpOutcomeLabels};
-use crate::model::{GangRef, Instance, InstanceState};
+use crate::model::{GangRef, Instance};
 
 /// The default of `lifecycle.noVerdictAfter`: how long a whole pending gang may go without a
 /// scheduler verdict on any member before it is reported ([`Loop::with_no_verdict_after`]).
@@ -93,6 +92,9 @@ pub struct Loop {
     /// Gangs already warned about as unseen, for as long as they stay unseen: one Event per
     /// gang and episode, and a gang that relapses after being seen is warned about again.
     warned: BTreeSet<GangRef>,
+    /// The open scale-ups' gang progress from the last tick, reused for gangs that did not
+    /// change.
+    progress: ProgressCache,
     /// The last tick was skipped because the view was stale.
     paused: bool,
 }
@@ -133,6 +135,7 @@ impl Loop {
             protect: false,
             no_verdict_after: DEFAULT_NO_VERDICT_AFTER,
             warned: BTreeSet::new(),
+            progress: ProgressCache::new(),
             paused: false,
         }
     }
@@ -198,9 +201,10 @@ impl Loop {
         };
         // One short lock: the view (only what changed is rebuilt) and the progress of the
         // gangs open scale-ups follow.
+        let cache = &mut self.progress;
         let (view, gangs) = self
             .view
-            .with_index(|index| open_gang_progress(index, &open, &attachments, now_unix));
+            .with_index(|index| open_gang_progress(index, cache, &open, &attachments, now_unix));
         let pending = view.gangs.iter().filter(|g| g.is_pending()).count();
         self.metrics
             .gangs_pending
@@ -216,16 +220,15 @@ impl Loop {
         if let Some(events) = &self.events {
             events.publish(warnings);
         }
-        let all_nodes = self.view.nodes();
         let attributed = if open.is_empty() {
             BTreeMap::new()
         } else {
-            self.follow(&open, gangs, &all_nodes, now_ms).await
+            self.follow(&open, gangs, now_ms).await
         };
         self.metrics
             .scale_ups_open
             .set(i64::try_from(self.recorder.open_count()).unwrap_or(i64::MAX));
-        self.protect_forming(&attributed, &all_nodes).await;
+        self.protect_forming(&attributed).await;
     }
 
     /// Gathers the facts of the `open` scale-ups, appends the records that bring them up to
@@ -234,7 +237,6 @@ impl Loop {
         &self,
         open: &[Open],
         gangs: BTreeMap<GangRef, GangProgress>,
-        all_nodes: &[Arc<Node>],
         now_ms: i64,
     ) -> BTreeMap<String, Vec<String>> {
         let mut facts = Facts {
@@ -245,24 +247,12 @@ impl Loop {
                 .collect(),
         };
         let groups: BTreeSet<&str> = open.iter().map(|o| o.node_group.as_str()).collect();
-        let nodes: HashMap<&str, &Node> = all_nodes
-            .iter()
-            .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
-            .collect();
         for group in groups {
             match self.instances.instances(group).await {
                 Ok(instances) => {
-                    let mut g = GroupFacts::default();
-                    for i in instances {
-                        if let Some(e) = &i.error {
-                            g.failed
-                                .push(format!("{}: {}: {}", i.node_name, e.code, e.message));
-                        } else if let Some(node) = nodes.get(i.node_name.as_str()) {
-                            g.nodes.extend(node_progress(node));
-                        } else if i.state != InstanceState::Deleting {
-                            g.pending += 1;
-                        }
-                    }
+                    let g = self
+                        .view
+                        .with_node_table(|nodes| group_facts(instances, nodes));
                     facts.groups.insert(group.to_owned(), g);
                 }
                 Err(InstancesError::GroupNotFound(_)) => {
@@ -296,11 +286,7 @@ impl Loop {
     /// Marks the nodes of scale-ups whose gang lifecycle is still open (after this tick's
     /// records) and releases the nodes whose scale-up ended. A failed patch is retried at the
     /// next tick.
-    async fn protect_forming(
-        &self,
-        attributed: &BTreeMap<String, Vec<String>>,
-        all_nodes: &[Arc<Node>],
-    ) {
+    async fn protect_forming(&self, attributed: &BTreeMap<String, Vec<String>>) {
         let Some(marker) = &self.marker else {
             return;
         };
@@ -309,7 +295,9 @@ impl Loop {
         } else {
             BTreeMap::new()
         };
-        let marks: Vec<Marks> = all_nodes.iter().filter_map(|n| Marks::of(n)).collect();
+        let marks = self
+            .view
+            .with_node_table(|nodes| Marks::for_plan(&wanted, nodes));
         let changes = plan(&wanted, &marks);
         let mut protected = changes.protected;
         for (node, id) in &changes.protect {
