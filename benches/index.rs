@@ -3,9 +3,11 @@
 //!
 //! - an admission decision (`NodeGroupIncreaseSize`) *including* its gang view, with 20 pod
 //!   events applied between decisions (each binds or unbinds a member of a pending gang);
-//! - the part of one lifecycle tick that reads the index (the view and the progress of 1,000
-//!   open scale-ups' gangs), then observing the scale-ups against their groups' nodes, with the
-//!   same churn between ticks;
+//! - one lifecycle tick with 1,000 open scale-ups over all 100 groups, with the same churn
+//!   between ticks, and its two parts timed apart: what it reads from the index (the view and
+//!   the progress of the open scale-ups' gangs, reused from the last tick for gangs that did
+//!   not change), and the nodes part (every group's instance list, its nodes as progress, and
+//!   observing the scale-ups against them);
 //! - one pod event applied to the store and the index;
 //! - for comparison, the from-scratch view over a snapshot the index replaced.
 //!
@@ -27,9 +29,12 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use gangscaler::audit::{GangId, Phase};
 use gangscaler::cluster::{GangView, SharedIndex, gangs};
 use gangscaler::engine::admission::{Admission, GangSource, Unavailable};
-use gangscaler::model::{NodeGroupSpec, labels};
+use gangscaler::model::GangRef;
+use gangscaler::model::{Instance, InstanceState, NodeGroupSpec, labels};
 use gangscaler::planner::Policy;
-use gangscaler::scaleup::{Facts, Open, node_progress, observe, open_gang_progress};
+use gangscaler::scaleup::{
+    Facts, GangProgress, Open, ProgressCache, group_facts, observe, open_gang_progress,
+};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
 /// Pod events between two timed calls.
@@ -50,6 +55,10 @@ struct Fixture {
     admission: Admission,
     group: NodeGroupSpec,
     open: Vec<Open>,
+    /// The lifecycle loop's progress from the last tick.
+    cache: ProgressCache,
+    /// Each group's instances, as its backend lists them.
+    instances: BTreeMap<String, Vec<Instance>>,
     events: usize,
 }
 
@@ -88,11 +97,24 @@ impl Fixture {
                 attached_at_ms: None,
             })
             .collect();
+        let mut instances: BTreeMap<String, Vec<Instance>> = BTreeMap::new();
+        for (i, n) in cluster.nodes.state().iter().enumerate() {
+            let group = format!("group-{:03}", i % GROUPS);
+            let name = n.metadata.name.clone().expect("node name");
+            instances.entry(group.clone()).or_default().push(Instance {
+                id: format!("gangscaler-memory://{group}/{name}"),
+                node_name: name,
+                state: InstanceState::Running,
+                error: None,
+            });
+        }
         Self {
             cluster,
             admission,
             group: common::group(0),
             open,
+            cache: ProgressCache::new(),
+            instances,
             events: 0,
         }
     }
@@ -112,14 +134,34 @@ impl Fixture {
 
     /// The index-reading part of a lifecycle tick, then the observation of the open
     /// scale-ups against every group's nodes.
-    fn tick(&self) -> usize {
+    fn tick(&mut self) -> usize {
+        let (view, progress) = self.tick_index();
+        black_box(&view);
+        self.tick_nodes(progress)
+    }
+
+    /// What a tick reads from the index: the view and the open scale-ups' gang progress.
+    fn tick_index(&mut self) -> (GangView, BTreeMap<GangRef, GangProgress>) {
         let attachments: Vec<Arc<VolumeAttachment>> = Vec::new();
-        let (view, progress) = open_gang_progress(
+        open_gang_progress(
             &mut self.cluster.index.lock().expect("index"),
+            &mut self.cache,
             &self.open,
             &attachments,
             T0 + 60,
-        );
+        )
+    }
+
+    /// The rest of a tick, as the lifecycle loop does it: the facts, then the observation of
+    /// the open scale-ups.
+    fn tick_nodes(&self, progress: BTreeMap<GangRef, GangProgress>) -> usize {
+        let facts = self.facts(progress);
+        observe(&self.open, &facts).len()
+    }
+
+    /// Per group, the backend's instance list (a fresh copy, as a backend returns it) turned
+    /// into the group's facts from the node table, as the lifecycle loop does it.
+    fn facts(&self, progress: BTreeMap<GangRef, GangProgress>) -> Facts {
         let mut facts = Facts {
             groups: BTreeMap::new(),
             gangs: progress
@@ -127,15 +169,11 @@ impl Fixture {
                 .map(|(g, p)| ((g.namespace, g.name), p))
                 .collect(),
         };
-        for (i, n) in self.cluster.nodes.state().iter().enumerate() {
-            let group = facts
-                .groups
-                .entry(format!("group-{:03}", i % GROUPS))
-                .or_default();
-            group.nodes.extend(node_progress(n));
+        for (group, instances) in &self.instances {
+            let g = group_facts(instances.clone(), &self.cluster.node_table);
+            facts.groups.insert(group.clone(), g);
         }
-        black_box(&view);
-        observe(&self.open, &facts).len()
+        facts
     }
 }
 
@@ -151,7 +189,7 @@ fn percentiles(what: &str, samples: &mut [Duration]) {
     );
 }
 
-fn timed(f: &mut Fixture, n: usize, call: fn(&Fixture)) -> Vec<Duration> {
+fn timed(f: &mut Fixture, n: usize, call: fn(&mut Fixture)) -> Vec<Duration> {
     (0..n)
         .map(|_| {
             f.churn();
@@ -189,6 +227,42 @@ fn bench(c: &mut Criterion) {
         &format!("lifecycle tick, {OPEN} open scale-ups ({CHURN} pod events between ticks)"),
         &mut samples,
     );
+    // The same, in its two parts.
+    let (mut index_part, mut nodes_part) = (Vec::new(), Vec::new());
+    for _ in 0..1_000 {
+        f.churn();
+        let started = Instant::now();
+        let (view, progress) = f.tick_index();
+        index_part.push(started.elapsed());
+        black_box(view);
+        let started = Instant::now();
+        black_box(f.tick_nodes(progress));
+        nodes_part.push(started.elapsed());
+    }
+    percentiles(
+        "  of which the index part (view and open gangs' progress)",
+        &mut index_part,
+    );
+    percentiles(
+        &format!("  of which the nodes part (instance lists, {NODES} nodes' progress, observe)"),
+        &mut nodes_part,
+    );
+    let (mut facts_part, mut observe_part) = (Vec::new(), Vec::new());
+    for _ in 0..1_000 {
+        f.churn();
+        let (_, progress) = f.tick_index();
+        let started = Instant::now();
+        let facts = f.facts(progress);
+        facts_part.push(started.elapsed());
+        let started = Instant::now();
+        black_box(observe(&f.open, &facts));
+        observe_part.push(started.elapsed());
+    }
+    percentiles(
+        "    the facts (instance lists, nodes as progress)",
+        &mut facts_part,
+    );
+    percentiles("    observing 1,000 open scale-ups", &mut observe_part);
 
     let started = Instant::now();
     let n = 20_000;

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use common::{Cluster, GANGS, NODES, PODS, T0, status_mib};
 use gangscaler::audit::{GangId, Phase};
-use gangscaler::scaleup::{Open, open_gang_progress};
+use gangscaler::scaleup::{Open, ProgressCache, open_gang_progress};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 
 fn main() {
@@ -62,6 +62,7 @@ fn main() {
 
     // Serving: an admission view and a lifecycle-tick read per round, 20 pod events between.
     let attachments: Vec<Arc<VolumeAttachment>> = Vec::new();
+    let mut cache = ProgressCache::new();
     let mut k = 0;
     for round in 0..1_000 {
         for _ in 0..20 {
@@ -72,6 +73,7 @@ fn main() {
         let admission_view = cluster.index.lock().expect("index").view(now);
         let (tick_view, progress) = open_gang_progress(
             &mut cluster.index.lock().expect("index"),
+            &mut cache,
             &open,
             &attachments,
             now,

@@ -21,6 +21,7 @@ if [ ! -x "$GHZ" ]; then
   rmdir "$tmp"
 fi
 cargo build --release --quiet --bin gangscaler --example trivial_server
+TARGET=${CARGO_TARGET_DIR:-target}
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -47,9 +48,9 @@ capacity: {cpu: "32", memory: 128Gi, ephemeralStorage: 200Gi, pods: 110}
 YAML
 done
 
-GANGSCALER_LOG=warn target/release/gangscaler serve --config "$work/config" 2>"$work/gangscaler.log" &
+GANGSCALER_LOG=warn "$TARGET/release/gangscaler" serve --config "$work/config" 2>"$work/gangscaler.log" &
 pids+=($!)
-target/release/examples/trivial_server 127.0.0.1:18088 &
+"$TARGET/release/examples/trivial_server" 127.0.0.1:18088 &
 pids+=($!)
 for _ in $(seq 100); do
   curl -fsS http://127.0.0.1:19464/readyz >/dev/null 2>&1 && break

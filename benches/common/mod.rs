@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 
 use gangscaler::cluster::watch::slim_node;
-use gangscaler::cluster::{GangIndex, GangObject, PodStore, PodWriter, SharedIndex};
+use gangscaler::cluster::{GangIndex, GangObject, NodeTable, PodStore, PodWriter, SharedIndex};
 use gangscaler::model::quantity::Quantity;
 use gangscaler::model::{GpuSpec, NodeGroupSpec, RdmaSpec, Taint, TaintEffect, labels};
 use gangscaler::testing;
@@ -257,6 +257,8 @@ where
 /// watchers' own entry points.
 pub struct Cluster {
     pub nodes: Store<Node>,
+    /// What the lifecycle loop reads of each node, fed the same node events.
+    pub node_table: NodeTable,
     pub pods: PodStore,
     pub writer: PodWriter,
     pub index: SharedIndex,
@@ -266,6 +268,12 @@ impl Cluster {
     /// Lists every object as the watchers do after connecting.
     pub fn build() -> Self {
         let nodes = fill(NODES, node, slim_node);
+        let mut node_table = NodeTable::new();
+        node_table.apply(&Event::Init);
+        for n in nodes.state() {
+            node_table.apply(&Event::InitApply(Node::clone(&n)));
+        }
+        node_table.apply(&Event::InitDone);
         let index: SharedIndex = Arc::new(Mutex::new(GangIndex::new()));
         {
             let mut index = index.lock().expect("index");
@@ -280,6 +288,7 @@ impl Cluster {
         list_pods(&mut writer);
         Self {
             nodes,
+            node_table,
             pods,
             writer,
             index,
