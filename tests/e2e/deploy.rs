@@ -238,17 +238,21 @@ async fn every_chart_object_applies_and_gangscaler_serves_the_rendered_config_un
     )
     .await;
     server.assert_running();
-    // The kwok backend made its state ConfigMap where the chart's Role allows it.
+    // The kwok backend made its state ConfigMap where the chart's Role allows it, and keeps
+    // the group's record in it (it creates the ConfigMap empty, then writes the record).
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "gangscaler-ha");
-    let state = eventually("the kwok state ConfigMap", Duration::from_secs(20), || {
-        let cms = cms.clone();
-        async move { cms.get_opt(chart::STATE_CONFIG_MAP).await.ok().flatten() }
-    })
+    eventually(
+        "the group's record in the kwok state ConfigMap",
+        Duration::from_secs(20),
+        || {
+            let cms = cms.clone();
+            async move {
+                let cm = cms.get_opt(chart::STATE_CONFIG_MAP).await.ok().flatten()?;
+                cm.data?.contains_key("h100-8x").then_some(())
+            }
+        },
+    )
     .await;
-    assert!(
-        state.data.unwrap_or_default().contains_key("h100-8x"),
-        "the group's record is kept in the state ConfigMap"
-    );
     server.stop();
     let log = std::fs::read_to_string(cluster.dir.join("gangscaler-chart.log")).unwrap();
     assert!(
