@@ -64,20 +64,18 @@ struct Resolved {
     issues: Box<[Issue]>,
 }
 
-/// A gang as built at the last view, whether its creation time came from the clock, and its
-/// bound members.
+/// A gang as built at the last view, and whether its creation time came from the clock.
 #[derive(Debug)]
 struct Instance {
     gang: Arc<Gang>,
     created_from_clock: bool,
-    bound: usize,
 }
 
 impl Instance {
     /// Whether the view of this gang can change with the clock alone: its creation time is
     /// the clock's, or it trusts a True scheduled condition only while it is fresh.
     fn timed(&self, def: &GroupDef, min_count: u32) -> bool {
-        let whole = u32::try_from(self.bound).unwrap_or(u32::MAX) >= min_count;
+        let whole = self.gang.bound_count() >= min_count;
         self.created_from_clock
             || def
                 .scheduled
@@ -769,11 +767,9 @@ fn build(
         let first_pod = members.iter().filter_map(|(p, _)| p.created_unix()).min();
         let created_from_clock = def.created_unix.is_none() && first_pod.is_none();
         let gang = build_gang(known, def, min_count, replica, members, now_unix);
-        let bound = gang.members.iter().filter(|m| m.node.is_some()).count();
         instances.push(Instance {
             gang: Arc::new(gang),
             created_from_clock,
-            bound,
         });
     }
     Built {
@@ -785,9 +781,10 @@ fn build(
 /// Brings what depends on the clock up to `now_unix`: whether the scheduled condition is
 /// still trusted, and the creation time of a gang that has none. Whether the gang changed.
 fn adjust(instance: &mut Instance, def: &GroupDef, min_count: u32, now_unix: i64) -> bool {
+    let bound = usize::try_from(instance.gang.bound_count()).unwrap_or(usize::MAX);
     let scheduled = def
         .scheduled
-        .is_some_and(|c| trust_scheduled(c, instance.bound, min_count, now_unix));
+        .is_some_and(|c| trust_scheduled(c, bound, min_count, now_unix));
     let clock = instance.created_from_clock && instance.gang.created_unix != now_unix;
     if instance.gang.scheduled == scheduled && !clock {
         return false;

@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::observe::GroupFacts;
 use super::track::Open;
 use crate::cluster::{
-    GangIndex, GangView, NodeTable, ObjectSet, attachable_claims, gang_name, is_node_ready, link,
+    GangIndex, GangView, NodeSummary, NodeTable, ObjectSet, attachable_claims, gang_name, link,
 };
 use crate::model::{Gang, GangRef, Instance, InstanceState};
 
@@ -326,15 +326,7 @@ pub fn group_facts(instances: Vec<Instance>, nodes: &NodeTable) -> GroupFacts {
             g.failed
                 .push(format!("{}: {}: {}", i.node_name, e.code, e.message));
         } else if let Some(node) = nodes.get(&i.node_name) {
-            // A node without a creation time (never so on a real API server) is left out.
-            if let Some(created_unix) = node.created_unix {
-                let ready = node.ready;
-                g.nodes.push(NodeProgress {
-                    name: i.node_name,
-                    created_unix,
-                    ready,
-                });
-            }
+            g.nodes.extend(NodeProgress::of(i.node_name, node));
         } else if i.state != InstanceState::Deleting {
             g.pending += 1;
         }
@@ -345,11 +337,16 @@ pub fn group_facts(instances: Vec<Instance>, nodes: &NodeTable) -> GroupFacts {
 /// A Node as the lifecycle tracker sees it: name, registration time and readiness. A node
 /// without a name or creation time (never so on a real API server) is left out.
 pub fn node_progress(node: &Node) -> Option<NodeProgress> {
-    let name = node.metadata.name.clone()?;
-    let created_unix = node.metadata.creation_timestamp.as_ref()?.0.as_second();
-    Some(NodeProgress {
-        name,
-        created_unix,
-        ready: is_node_ready(node),
-    })
+    NodeProgress::of(node.metadata.name.clone()?, &NodeSummary::of(node))
+}
+
+impl NodeProgress {
+    /// The node `name` as `summary` has it; `None` without a creation time.
+    fn of(name: String, summary: &NodeSummary) -> Option<Self> {
+        Some(Self {
+            name,
+            created_unix: summary.created_unix?,
+            ready: summary.ready,
+        })
+    }
 }

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 
 use super::track::Open;
-use crate::cluster::NodeTable;
+use crate::cluster::{NodeSummary, NodeTable};
 
 pub use crate::model::labels::{SCALE_DOWN_DISABLED, SCALE_DOWN_PROTECTED_FOR as PROTECTED_FOR};
 
@@ -63,26 +63,22 @@ impl Marks {
             .collect();
         names
             .into_iter()
-            .filter_map(|name| {
-                let s = nodes.get(name)?;
-                Some(Self {
-                    name: name.to_owned(),
-                    disabled: s.scale_down_disabled,
-                    protected_for: s.protected_for.clone(),
-                })
-            })
+            .filter_map(|name| Some(Self::from_summary(name, nodes.get(name)?)))
             .collect()
     }
 
     /// The marks of `node` (`None` for a node without a name).
     pub fn of(node: &Node) -> Option<Self> {
-        let annotations = node.metadata.annotations.as_ref();
-        let get = |k: &str| annotations.and_then(|a| a.get(k));
-        Some(Self {
-            name: node.metadata.name.clone()?,
-            disabled: get(SCALE_DOWN_DISABLED).is_some_and(|v| v == "true"),
-            protected_for: get(PROTECTED_FOR).cloned(),
-        })
+        let name = node.metadata.name.as_deref()?;
+        Some(Self::from_summary(name, &NodeSummary::of(node)))
+    }
+
+    fn from_summary(name: &str, summary: &NodeSummary) -> Self {
+        Self {
+            name: name.to_owned(),
+            disabled: summary.scale_down_disabled,
+            protected_for: summary.protected_for.clone(),
+        }
     }
 }
 
