@@ -812,11 +812,6 @@ impl ClusterView {
         &self.pods
     }
 
-    /// The nodes, as watched (slimmed).
-    pub fn nodes(&self) -> Vec<Arc<Node>> {
-        self.nodes.state()
-    }
-
     /// Runs `f` on the [`NodeTable`], locked (keep it short: the node watcher waits
     /// meanwhile).
     pub fn with_node_table<T>(&self, f: impl FnOnce(&NodeTable) -> T) -> T {
