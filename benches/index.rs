@@ -98,9 +98,9 @@ impl Fixture {
             })
             .collect();
         let mut instances: BTreeMap<String, Vec<Instance>> = BTreeMap::new();
-        for (i, n) in cluster.nodes.state().iter().enumerate() {
+        for i in 0..NODES {
             let group = format!("group-{:03}", i % GROUPS);
-            let name = n.metadata.name.clone().expect("node name");
+            let name = common::node(i).metadata.name.expect("node name");
             instances.entry(group.clone()).or_default().push(Instance {
                 id: format!("gangscaler-memory://{group}/{name}"),
                 node_name: name,

@@ -1,5 +1,5 @@
-//! Memory of the watched cluster at scale: 10,000 nodes in a kube-rs reflector store (slimmed
-//! as the node watcher does), 100,000 pods in the [`PodStore`] and the gang index (6,000
+//! Memory of the watched cluster at scale: 10,000 nodes in the [`NodeTable`] the node watcher
+//! feeds (gangscaler keeps no other copy of them), 100,000 pods in the [`PodStore`] and the gang index (6,000
 //! PodGroups, 6,000 PVCs), all filled through the watchers' entry points (see `common`); then
 //! serving: 1,000 admission views and 1,000 lifecycle-tick reads with pod events between them;
 //! then a re-list of every pod (what follows a broken watch).

@@ -7,14 +7,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use gangscaler::cluster::watch::slim_node;
 use gangscaler::cluster::{GangIndex, GangObject, NodeTable, PodStore, PodWriter, SharedIndex};
 use gangscaler::model::quantity::Quantity;
 use gangscaler::model::{GpuSpec, NodeGroupSpec, RdmaSpec, Taint, TaintEffect, labels};
 use gangscaler::testing;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, PodSchedulingGroup};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::Event;
 
 pub const NODES: usize = 10_000;
@@ -236,28 +234,10 @@ pub fn storage_class() -> StorageClass {
     .expect("class fixture")
 }
 
-/// A reflector store of `n` objects, slimmed as the watcher does.
-pub fn fill<K>(n: usize, make: fn(usize) -> K, slim: fn(&mut K)) -> Store<K>
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
-{
-    let (reader, mut writer) = reflector::store::<K>();
-    writer.apply_watcher_event(&Event::Init);
-    for i in 0..n {
-        let mut o = make(i);
-        slim(&mut o);
-        writer.apply_watcher_event(&Event::InitApply(o));
-    }
-    writer.apply_watcher_event(&Event::InitDone);
-    reader
-}
-
-/// The watched cluster: the node store, the pod store and the gang index, filled through the
+/// The watched cluster: the node table, the pod store and the gang index, filled through the
 /// watchers' own entry points.
 pub struct Cluster {
-    pub nodes: Store<Node>,
-    /// What the lifecycle loop reads of each node, fed the same node events.
+    /// What gangscaler keeps of each node, fed the node watcher's list events.
     pub node_table: NodeTable,
     pub pods: PodStore,
     pub writer: PodWriter,
@@ -267,11 +247,10 @@ pub struct Cluster {
 impl Cluster {
     /// Lists every object as the watchers do after connecting.
     pub fn build() -> Self {
-        let nodes = fill(NODES, node, slim_node);
         let mut node_table = NodeTable::new();
         node_table.apply(&Event::Init);
-        for n in nodes.state() {
-            node_table.apply(&Event::InitApply(Node::clone(&n)));
+        for i in 0..NODES {
+            node_table.apply(&Event::InitApply(node(i)));
         }
         node_table.apply(&Event::InitDone);
         let index: SharedIndex = Arc::new(Mutex::new(GangIndex::new()));
@@ -287,7 +266,6 @@ impl Cluster {
         let mut writer = writer.with_index(Arc::clone(&index));
         list_pods(&mut writer);
         Self {
-            nodes,
             node_table,
             pods,
             writer,

@@ -1,13 +1,14 @@
 //! Watchers and reflector stores that keep a lean copy of the objects the adapters read: pods,
 //! PVCs, PVs, StorageClasses, CSIDrivers and the gang objects of the scheduling API version the
-//! cluster serves (found by discovery), plus Nodes, CSINodes and VolumeAttachments for scale-up
-//! accounting. [`ClusterView::snapshot`] turns the stores into an
-//! [`ObjectSet`], the only bridge to the pure adapters and planner.
+//! cluster serves (found by discovery), plus CSINodes and VolumeAttachments for scale-up
+//! accounting and a [`NodeTable`] of the Nodes. [`ClusterView::snapshot`] turns the stores into
+//! an [`ObjectSet`], the only bridge to the pure adapters and planner.
 //!
 //! Memory: pods, by far the most numerous objects, are not kept as `k8s-openapi` objects but as
 //! [`CompactPod`]s (a few hundred bytes each instead of ~14 KB) in our own [`PodStore`], which
-//! snapshots share instead of copying. Every other object loses `managedFields`; nodes also lose
-//! annotations (but those of scale-down protection) and their image list, see [`slim_node`].
+//! snapshots share instead of copying. Nodes are not kept at all: each watch event is reduced
+//! to its [`NodeSummary`](super::node::NodeSummary) (creation time, readiness, the scale-down
+//! annotations) in the [`NodeTable`]. Every other object loses `managedFields`.
 //!
 //! Gangs: every event also reaches the [`GangIndex`], which keeps the gang view current;
 //! [`ClusterView::gang_view`] reads it without building a snapshot. The index holds its own
@@ -43,7 +44,6 @@ use super::{
     CompactPod, GangIndex, GangObject, GangView, NodeTable, ObjectSet, PodKey, StorageKind,
     adapters,
 };
-use crate::model::labels;
 
 /// Errors starting the cluster view.
 #[derive(Debug, thiserror::Error)]
@@ -264,9 +264,11 @@ pub struct ClusterView {
     pvs: Store<PersistentVolume>,
     classes: Store<StorageClass>,
     drivers: Store<CSIDriver>,
-    nodes: Store<Node>,
-    /// What the scale-up lifecycle reads of each Node, fed by the node watcher.
+    /// What the scale-up lifecycle reads of each Node, fed by the node watcher (the only copy
+    /// of the Nodes gangscaler keeps).
     node_table: Arc<Mutex<NodeTable>>,
+    /// Becomes true once the node watcher has listed every Node.
+    nodes_listed: tokio::sync::watch::Receiver<bool>,
     csi_nodes: Store<CSINode>,
     attachments: Store<VolumeAttachment>,
     gangs: Vec<(ApiResource, Store<DynamicObject>)>,
@@ -283,18 +285,6 @@ impl std::fmt::Debug for ClusterView {
             .field("ready", &self.is_ready())
             .field("stale", &self.stale())
             .finish()
-    }
-}
-
-/// Drops what no consumer reads from a node: managed fields, the image list (often the
-/// largest part of a Node) and every annotation but the two of scale-down protection.
-pub fn slim_node(node: &mut Node) {
-    node.metadata.managed_fields = None;
-    if let Some(a) = node.metadata.annotations.as_mut() {
-        a.retain(|k, _| k == labels::SCALE_DOWN_DISABLED || k == labels::SCALE_DOWN_PROTECTED_FOR);
-    }
-    if let Some(status) = node.status.as_mut() {
-        status.images = None;
     }
 }
 
@@ -459,35 +449,39 @@ where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
 {
-    typed_store_and(client, name, slim, health, shutdown, |_| {})
-}
-
-/// As [`typed_store`], also handing every (slimmed) event to `also`.
-fn typed_store_and<K>(
-    client: &kube::Client,
-    name: &'static str,
-    slim: fn(&mut K),
-    health: &Arc<Health>,
-    shutdown: &CancellationToken,
-    mut also: impl FnMut(&Event<K>) + Send + 'static,
-) -> Store<K>
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
-{
     let (reader, mut writer) = reflector::store();
     drive(
         Api::<K>::all(client.clone()),
         name.to_owned(),
         health.clone(),
         shutdown.clone(),
-        move |event| {
-            let event = event.modify(slim);
-            also(&event);
-            writer.apply_watcher_event(&event);
-        },
+        move |event| writer.apply_watcher_event(&event.modify(slim)),
     );
     reader
+}
+
+/// Feeds every Node watch event to `table` until `shutdown`; the receiver turns true at the
+/// end of the first complete list.
+fn node_watcher(
+    client: &kube::Client,
+    table: Arc<Mutex<NodeTable>>,
+    health: &Arc<Health>,
+    shutdown: &CancellationToken,
+) -> tokio::sync::watch::Receiver<bool> {
+    let (listed, receiver) = tokio::sync::watch::channel(false);
+    drive(
+        Api::<Node>::all(client.clone()),
+        "Node".to_owned(),
+        health.clone(),
+        shutdown.clone(),
+        move |event| {
+            lock(&table).apply(&event);
+            if matches!(event, Event::InitDone) {
+                listed.send_replace(true);
+            }
+        },
+    );
+    receiver
 }
 
 /// A storage kind demand resolution reads, and how its events reach the [`GangIndex`].
@@ -685,6 +679,12 @@ fn dynamic_store(
     reader
 }
 
+/// Resolves once `listed` is true, or once the node watcher is gone (at shutdown), as a
+/// reflector store's wait does when its writer is dropped.
+async fn nodes_listed(mut listed: tokio::sync::watch::Receiver<bool>) {
+    let _ = listed.wait_for(|l| *l).await;
+}
+
 impl ClusterView {
     /// Discovers the gang API version the cluster serves (the most preferred one an adapter
     /// supports) and starts every watcher. Call [`ClusterView::wait_ready`] before planning.
@@ -746,16 +746,13 @@ impl ClusterView {
         }
         let h = &health;
         let node_table = Arc::new(Mutex::new(NodeTable::new()));
-        let table = Arc::clone(&node_table);
         Ok(Self {
             pods,
             pvcs: storage_store(&client, "PersistentVolumeClaim", &index, h, shutdown),
             pvs: storage_store(&client, "PersistentVolume", &index, h, shutdown),
             classes: storage_store(&client, "StorageClass", &index, h, shutdown),
             drivers: storage_store(&client, "CSIDriver", &index, h, shutdown),
-            nodes: typed_store_and(&client, "Node", slim_node, h, shutdown, move |e| {
-                lock(&table).apply(e);
-            }),
+            nodes_listed: node_watcher(&client, Arc::clone(&node_table), h, shutdown),
             node_table,
             csi_nodes: typed_store(&client, "CSINode", drop_managed_fields, h, shutdown),
             attachments: typed_store(
@@ -781,7 +778,7 @@ impl ClusterView {
             self.pvs.wait_until_ready(),
             self.classes.wait_until_ready(),
             self.drivers.wait_until_ready(),
-            self.nodes.wait_until_ready(),
+            nodes_listed(self.nodes_listed.clone()),
             self.csi_nodes.wait_until_ready(),
             self.attachments.wait_until_ready(),
             futures::future::join_all(self.gangs.iter().map(|(_, s)| s.wait_until_ready())),
