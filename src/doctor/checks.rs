@@ -14,23 +14,20 @@ pub use traps::disables_dynamic_resources;
 use super::flags::{self, Version};
 use super::{Facts, Observed, PodLink, Report, Row, Status};
 
-/// The API group of Workload, PodGroup and CompositePodGroup.
-pub const GROUP: &str = "scheduling.k8s.io";
+pub use crate::migrate::api::GROUP;
+use crate::migrate::api::GangApi as Shape;
 
 /// The gang resources doctor looks for in discovery.
 pub const GANG_RESOURCES: [&str; 3] = ["workloads", "podgroups", "compositepodgroups"];
 
-/// The gang-scheduling API of one Kubernetes minor.
+/// What doctor checks of the gang-scheduling API of one Kubernetes minor, beside the
+/// version's [`Shape`] (its name, minor and pod link field, shared with `migrate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GangApi {
-    /// The minor, e.g. 36 for 1.36.
-    pub minor: u32,
-    /// The version that carries the gang objects, e.g. `v1alpha2`.
-    pub version: &'static str,
+    /// The version that carries the gang objects on this minor.
+    pub shape: Shape,
     /// The resources that version must serve.
     pub resources: &'static [&'static str],
-    /// The pod field that links a pod to its gang.
-    pub link_field: &'static str,
     /// How a pod names its gang, for the report.
     pub link_path: &'static str,
     /// The feature gates gang admission needs on every control-plane component.
@@ -38,35 +35,39 @@ pub struct GangApi {
 }
 
 impl GangApi {
+    /// The minor, e.g. 36 for 1.36.
+    pub fn minor(&self) -> u32 {
+        self.shape.minor()
+    }
+
+    /// The version, e.g. `v1alpha2`.
+    pub fn version(&self) -> &'static str {
+        self.shape.version()
+    }
+
     /// `scheduling.k8s.io/<version>`.
     pub fn group_version(&self) -> String {
-        format!("{GROUP}/{}", self.version)
+        self.shape.api_version()
     }
 }
 
 /// The gang API of 1.35, 1.36 and 1.37 (k8s.io/api v0.35.4, v0.36.2, v0.37.2).
 pub const GANG_APIS: [GangApi; 3] = [
     GangApi {
-        minor: 35,
-        version: "v1alpha1",
+        shape: Shape::V1Alpha1,
         resources: &["workloads"],
-        link_field: "workloadRef",
         link_path: "spec.workloadRef",
         gates: &["GenericWorkload", "GangScheduling"],
     },
     GangApi {
-        minor: 36,
-        version: "v1alpha2",
+        shape: Shape::V1Alpha2,
         resources: &["workloads", "podgroups"],
-        link_field: "schedulingGroup",
         link_path: "spec.schedulingGroup.podGroupName",
         gates: &["GenericWorkload", "GangScheduling"],
     },
     GangApi {
-        minor: 37,
-        version: "v1beta1",
+        shape: Shape::V1Beta1,
         resources: &["workloads", "podgroups"],
-        link_field: "schedulingGroup",
         link_path: "spec.schedulingGroup.podGroupName",
         gates: &["GenericWorkload"],
     },
@@ -74,17 +75,16 @@ pub const GANG_APIS: [GangApi; 3] = [
 
 /// The gang API of Kubernetes 1.`minor`, if doctor knows it.
 pub fn gang_api(minor: u32) -> Option<&'static GangApi> {
-    GANG_APIS.iter().find(|a| a.minor == minor)
+    GANG_APIS.iter().find(|a| a.minor() == minor)
 }
 
 /// The pod field (`spec.<field>`) the dry run sends on Kubernetes `version`: `workloadRef` on
 /// 1.35, `schedulingGroup` from 1.36 on (assumed for later minors); none before 1.35.
 pub fn link_field(version: &Version) -> Option<&'static str> {
-    match (version.major, version.minor) {
-        (1, 35) => Some("workloadRef"),
-        (1, m) if m >= 36 => Some("schedulingGroup"),
-        _ => None,
-    }
+    (version.major == 1)
+        .then(|| Shape::of_minor(version.minor))
+        .flatten()
+        .map(Shape::pod_link_field)
 }
 
 /// kube-scheduler's gates: `None` without its flags, `Err` when `--feature-gates` does not read.
@@ -164,7 +164,7 @@ fn facts(o: &Observed, api: Option<&GangApi>, scheduler_gates: &SchedulerGates) 
                 o.served
                     .as_ref()
                     .ok()
-                    .map(|s| serves(s, api.version, "workloads")),
+                    .map(|s| serves(s, api.version(), "workloads")),
             )
             .to_owned(),
         );
@@ -296,7 +296,7 @@ fn served_api(o: &Observed, api: Option<&GangApi>) -> Row {
         .resources
         .iter()
         .copied()
-        .filter(|r| !serves(served, api.version, r))
+        .filter(|r| !serves(served, api.version(), r))
         .collect();
     if !missing.is_empty() {
         return Row::new(
@@ -304,7 +304,7 @@ fn served_api(o: &Observed, api: Option<&GangApi>) -> Row {
             Status::Error,
             format!(
                 "{found}; 1.{} needs {} serving {}",
-                api.minor,
+                api.minor(),
                 api.group_version(),
                 missing.join(", ")
             ),
@@ -312,7 +312,7 @@ fn served_api(o: &Observed, api: Option<&GangApi>) -> Row {
         );
     }
     let mut found = format!("{found}; expected {}", api.group_version());
-    if api.minor == 37 && !serves(served, "v1alpha3", "compositepodgroups") {
+    if api.minor() == 37 && !serves(served, "v1alpha3", "compositepodgroups") {
         found.push_str(
             "; v1alpha3 CompositePodGroup not served (optional: gangscaler does not model it)",
         );
@@ -330,7 +330,7 @@ fn generic_workload(o: &Observed, api: Option<&GangApi>, scheduler_gates: &Sched
             "",
         );
     };
-    if !serves(served, api.version, "workloads") {
+    if !serves(served, api.version(), "workloads") {
         return Row::new(
             ID,
             Status::Error,

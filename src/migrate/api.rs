@@ -55,14 +55,21 @@ impl GangApi {
         format!("{GROUP}/{}", self.version())
     }
 
-    /// The Kubernetes minor that serves this version.
+    /// The Kubernetes 1.x minor that serves this version (35 for 1.35).
     #[must_use]
-    pub fn minor(self) -> &'static str {
+    pub fn minor(self) -> u32 {
         match self {
-            Self::V1Alpha1 => "1.35",
-            Self::V1Alpha2 => "1.36",
-            Self::V1Beta1 => "1.37",
+            Self::V1Alpha1 => 35,
+            Self::V1Alpha2 => 36,
+            Self::V1Beta1 => 37,
         }
+    }
+
+    /// The newest version Kubernetes 1.`minor` serves (later minors are assumed to keep
+    /// 1.37's); `None` before 1.35.
+    #[must_use]
+    pub fn of_minor(minor: u32) -> Option<Self> {
+        ALL.iter().rev().copied().find(|a| a.minor() <= minor)
     }
 
     /// The shape of an `apiVersion`: `v1alpha3` reads as `v1beta1` (same Workload and

@@ -140,7 +140,7 @@ async fn converted_manifests_are_accepted_by_the_rows_api_server() {
     let refused = try_create(&client, &workload, true).await;
     assert!(
         !matches!(refused, Some(Ok(_))),
-        "{} accepted a Workload of {}",
+        "1.{} accepted a Workload of {}",
         to.minor(),
         workload["apiVersion"]
     );

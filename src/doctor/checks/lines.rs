@@ -15,14 +15,14 @@ pub fn lines_for(api: &GangApi) -> Lines {
     };
     let api_on = vec![on.clone(), format!("--runtime-config={gv}=true")];
     let mut api_off = vec![off.clone(), format!("--runtime-config={gv}=false")];
-    let api_note = if api.minor == 37 {
+    let api_note = if api.minor() == 37 {
         api_off[1].push_str(&format!(",{GROUP}/v1alpha3=false"));
         "first; CompositePodGroup also needs scheduling.k8s.io/v1alpha3=true and the gates \
          CompositePodGroup=true,TopologyAwareWorkloadScheduling=true"
     } else {
         "first: the API and the pod field"
     };
-    let sched_note = if api.minor == 37 {
+    let sched_note = if api.minor() == 37 {
         "gang scheduling follows GenericWorkload from 1.37"
     } else {
         "GangScheduling is the scheduler's gang plugin"
@@ -30,7 +30,7 @@ pub fn lines_for(api: &GangApi) -> Lines {
     let ca_note = "no flag or gate gives CA gang semantics: run it with \
                    --cloud-provider=externalgrpc against gangscaler";
     Lines {
-        minor: format!("1.{}", api.minor),
+        minor: format!("1.{}", api.minor()),
         enable: vec![
             c("kube-apiserver", api_on, api_note),
             c(

@@ -302,6 +302,8 @@ fn link_fields_follow_the_minor() {
     assert_eq!(link_field(&v("1.36.2")), Some("schedulingGroup"));
     assert_eq!(link_field(&v("1.37.2")), Some("schedulingGroup"));
     assert_eq!(link_field(&v("1.34.0")), None);
+    // Later minors are assumed to keep 1.37's link.
+    assert_eq!(link_field(&v("1.40.1")), Some("schedulingGroup"));
 }
 
 #[test]
