@@ -86,6 +86,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error and its causes, `: `-separated: what the disk refused, for logs, readiness
+    /// and the RPC's message.
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            out.push_str(": ");
+            out.push_str(&c.to_string());
+            cause = c.source();
+        }
+        out
+    }
+
     /// A bounded label for metrics.
     pub fn kind(&self) -> &'static str {
         match self {

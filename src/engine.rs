@@ -84,6 +84,19 @@ pub enum Error {
         /// Which watches fail, and for how long.
         stale: crate::cluster::Stale,
     },
+    /// The decision record of an accepted scale-up could not be made durable, so the scale-up
+    /// was not applied: no node was requested. Retried by CA after its node-group backoff.
+    #[error(
+        "node group {group}: scale-up of {nodes} node(s) not applied: its decision could not be recorded in the audit log ({why}); nothing was provisioned"
+    )]
+    AuditUnwritable {
+        /// Group.
+        group: NodeGroupId,
+        /// Nodes the refused decision would have added.
+        nodes: u32,
+        /// The write error and its causes.
+        why: String,
+    },
     /// The backend refused or failed.
     #[error(transparent)]
     Provision(#[from] provision::Error),
@@ -191,6 +204,12 @@ impl Engine {
         if self.audit.set(recorder).is_ok() {
             self.resume_in_flight();
         }
+    }
+
+    /// Why the audit log cannot be written now (its last append failed), or `None` while it
+    /// can, or when there is none; every scale-up is refused meanwhile.
+    pub fn audit_unwritable(&self) -> Option<String> {
+        self.audit.get().and_then(|r| r.log().unwritable())
     }
 
     /// `Ok` unless leader election says this replica may not act now.
@@ -435,19 +454,38 @@ impl Engine {
             "admission decision"
         );
         if !decision.is_accepted() || decision.applied_delta == 0 {
-            self.report_decision(&decision, now_ms);
+            self.publish_decision(&decision);
+            // Nothing changes, so an unwritable log does not change the answer either.
+            let _ = self.record_decision(&decision, now_ms);
             return Err(Error::Rejected {
                 group: g.id.clone(),
                 reason: decision.reason,
             });
         }
-        // Deciding took time: the leadership is checked again just before the write.
+        // Deciding took time: the leadership is checked again just before acting.
         self.check_leader()?;
+        // Record before acting: the decision is durable before any node is requested, so no
+        // node is ever added without the record of why.
+        let scale_up = self.record_decision(&decision, now_ms).map_err(|why| {
+            warn!(node_group.id = %g.id, applied_delta = decision.applied_delta, error = %why, "scale-up refused: its decision could not be recorded");
+            Error::AuditUnwritable {
+                group: g.id.clone(),
+                nodes: decision.applied_delta,
+                why,
+            }
+        })?;
         let result = backend.increase(g, decision.applied_delta).await;
         self.observe(g, "increase", &result);
-        let new_target = result?;
-        // Recorded after the provisioner answered: the log says what happened.
-        self.report_decision(&decision, now_ms);
+        let new_target = match result {
+            Ok(t) => t,
+            Err(e) => {
+                if let Some(id) = &scale_up {
+                    self.provision_failed(g, id, &e);
+                }
+                return Err(e.into());
+            }
+        };
+        self.publish_decision(&decision);
         admission.record(&decision, now);
         info!(node_group.id = %g.id, ca_delta = delta, applied_delta = decision.applied_delta, target = new_target, "target size increased");
         Ok(new_target)
@@ -602,25 +640,65 @@ impl Engine {
         self.config.load().gpu_types()
     }
 
-    /// Publishes a decision's Kubernetes Events and appends it to the audit log. A failed write
-    /// is logged and counted but does not fail the RPC: an unwritable disk must not stop the
-    /// autoscaler.
-    fn report_decision(&self, decision: &crate::planner::Decision, now_ms: i64) {
+    /// Publishes a decision's Kubernetes Events.
+    fn publish_decision(&self, decision: &crate::planner::Decision) {
         if let Some(events) = &self.events {
             events.decision(decision);
         }
+    }
+
+    /// Appends a decision to the audit log (when there is one) and returns the scale-up id it
+    /// opened. A failed write is logged and counted, and returned as its error chain: the
+    /// caller must not act on the decision.
+    fn record_decision(
+        &self,
+        decision: &crate::planner::Decision,
+        now_ms: i64,
+    ) -> Result<Option<String>, String> {
         let Some(recorder) = self.audit.get() else {
-            return;
+            return Ok(None);
         };
         match recorder.decision(decision, now_ms, None) {
             Ok(id) => {
-                if let Some(id) = id {
+                self.metrics.audit_append(true);
+                if let Some(id) = &id {
                     info!(node_group.id = %decision.group, scale_up.id = %id, "scale-up recorded");
                 }
+                Ok(id)
             }
             Err(e) => {
-                error!(node_group.id = %decision.group, error = %e, "writing the audit log failed");
-                self.metrics.audit_write_failures.inc();
+                let why = e.chain();
+                error!(node_group.id = %decision.group, error = %why, "writing the audit log failed");
+                self.metrics.audit_append(false);
+                Err(why)
+            }
+        }
+    }
+
+    /// Ends the lifecycles of recorded scale-up `id` with `provisionFailed`: the backend
+    /// failed the increase its decision record announced. If even that record cannot be
+    /// written, the lifecycles stay open and end by their registration timeout.
+    fn provision_failed(&self, group: &NodeGroupSpec, id: &str, e: &provision::Error) {
+        let Some(recorder) = self.audit.get() else {
+            return;
+        };
+        let reason = format!("the backend failed the increase: {e}");
+        match recorder.provision_failed(id, now_ms(), &reason) {
+            Ok(records) => {
+                self.metrics.audit_append(true);
+                for _ in &records {
+                    self.metrics
+                        .scale_up_outcomes
+                        .get_or_create(&crate::metrics::ScaleUpOutcomeLabels {
+                            node_group: group.id.to_string(),
+                            outcome: crate::audit::Outcome::ProvisionFailed.as_str(),
+                        })
+                        .inc();
+                }
+            }
+            Err(w) => {
+                error!(node_group.id = %group.id, scale_up.id = %id, error = %w.chain(), "recording the failed increase failed; its lifecycle ends by its registration timeout");
+                self.metrics.audit_append(false);
             }
         }
     }

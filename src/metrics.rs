@@ -126,6 +126,9 @@ pub struct Metrics {
     pub admission_decisions: Family<DecisionLabels, Counter>,
     /// Audit records that could not be written.
     pub audit_write_failures: Counter,
+    /// 1 while the audit log's last append reached the disk (or there is no audit log), 0 while
+    /// it cannot be written and scale-ups are refused.
+    pub audit_writable: Gauge,
     /// Scale-up request → gang formed, by node group.
     pub formation_seconds: Family<GroupLabels, Histogram>,
     /// Scale-up request → success (formed, volumes attached, minCount members running).
@@ -269,6 +272,8 @@ impl Metrics {
         let config_valid = Gauge::default();
         let admission_decisions = Family::<DecisionLabels, Counter>::default();
         let audit_write_failures = Counter::default();
+        let audit_writable = Gauge::default();
+        audit_writable.set(1);
         let lifecycle_histogram = || {
             Family::<GroupLabels, Histogram>::new_with_constructor(|| {
                 Histogram::new(lifecycle_buckets())
@@ -367,10 +372,16 @@ impl Metrics {
                 gangs_without_verdict.clone(),
             );
         }
-        registry.sub_registry_with_prefix("audit").register(
+        let audit = registry.sub_registry_with_prefix("audit");
+        audit.register(
             "write_failures",
             "audit records that could not be written",
             audit_write_failures.clone(),
+        );
+        audit.register(
+            "writable",
+            "1 while the audit log accepts records, 0 while it cannot be written and every scale-up is refused",
+            audit_writable.clone(),
         );
         registry.sub_registry_with_prefix("admission").register(
             "decisions",
@@ -403,6 +414,7 @@ impl Metrics {
             config_valid,
             admission_decisions,
             audit_write_failures,
+            audit_writable,
             formation_seconds,
             success_seconds,
             job_start_delay_seconds,
@@ -502,6 +514,15 @@ impl Metrics {
                 outcome,
             })
             .inc();
+    }
+
+    /// Records whether an audit append reached the disk: a failure is counted and the log shown
+    /// unwritable, a success shows it writable again.
+    pub fn audit_append(&self, written: bool) {
+        if !written {
+            self.audit_write_failures.inc();
+        }
+        self.audit_writable.set(i64::from(written));
     }
 
     /// Records a configuration reload.

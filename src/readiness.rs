@@ -1,7 +1,9 @@
-//! Readiness: the named conditions that must all hold for `/readyz` to answer 200, and the
-//! report that names the ones failing. Each condition is set by the part of the server that
-//! owns it (the gRPC listener, the cluster view, leader election, shutdown); nothing here
-//! decides. Depends on nothing of ours.
+//! Readiness: the named conditions behind `/readyz` and the report that names the ones
+//! failing. Each condition is set by the part of the server that owns it (the gRPC listener,
+//! the cluster view, leader election, shutdown, the audit log); nothing here decides. A
+//! *gating* condition that fails makes `/readyz` answer 503; a non-gating one
+//! ([`Condition::AuditWritable`]) is reported as degraded and leaves the answer 200 (see
+//! [`Condition::gates`] for why). Depends on nothing of ours.
 
 use std::fmt::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,11 +27,21 @@ pub enum Condition {
     Leader,
     /// The process is not shutting down. Cleared on SIGTERM, before in-flight RPCs drain.
     NotDraining,
+    /// The audit log accepted its last record (true without an audit log). Not gating: while
+    /// it fails, `NodeGroupIncreaseSize` refuses every scale-up, and every other call is
+    /// answered.
+    AuditWritable,
 }
 
 impl Condition {
     /// Every condition, in report order.
-    pub const ALL: [Self; 4] = [Self::Serving, Self::Synced, Self::Leader, Self::NotDraining];
+    pub const ALL: [Self; 5] = [
+        Self::Serving,
+        Self::Synced,
+        Self::Leader,
+        Self::NotDraining,
+        Self::AuditWritable,
+    ];
 
     /// The name in the `/readyz` report.
     pub fn name(self) -> &'static str {
@@ -38,7 +50,18 @@ impl Condition {
             Self::Synced => "synced",
             Self::Leader => "leader",
             Self::NotDraining => "shutdown",
+            Self::AuditWritable => "audit",
         }
+    }
+
+    /// Whether this condition failing makes the process not ready. Every condition gates but
+    /// [`Condition::AuditWritable`]: Cluster Autoscaler reaches the provider through a Service
+    /// that only routes to ready pods, and a replica that is not ready also fails the chart's
+    /// startup probe; a full disk would then cut CA off from every call (its whole loop fails,
+    /// scale-down too) or restart the container in a loop, where refusing only the scale-ups
+    /// keeps the rest of the autoscaler working.
+    pub fn gates(self) -> bool {
+        !matches!(self, Self::AuditWritable)
     }
 
     /// Why the process is not ready while this condition fails.
@@ -48,6 +71,7 @@ impl Condition {
             Self::Synced => "the cluster view has not listed every kind yet",
             Self::Leader => "another replica holds the leader lease",
             Self::NotDraining => "shutting down: draining in-flight RPCs",
+            Self::AuditWritable => "the audit log cannot be written: scale-ups are refused",
         }
     }
 
@@ -57,16 +81,18 @@ impl Condition {
             Self::Synced => 1,
             Self::Leader => 2,
             Self::NotDraining => 3,
+            Self::AuditWritable => 4,
         }
     }
 }
 
 /// The readiness conditions of one process, shared by whoever sets them and `/readyz`.
 pub struct Readiness {
-    holds: [AtomicBool; 4],
+    holds: [AtomicBool; 5],
     /// A condition whose state depends on the clock (leadership, whose authority lapses
-    /// `renewDeadline` after its last renewal) is asked at every report instead of set.
-    probes: [OnceLock<Probe>; 4],
+    /// `renewDeadline` after its last renewal) or on another part's own state (the audit log)
+    /// is asked at every report instead of set.
+    probes: [OnceLock<Probe>; 5],
 }
 
 impl fmt::Debug for Readiness {
@@ -82,7 +108,8 @@ impl Default for Readiness {
 }
 
 impl Readiness {
-    /// Not serving and not synced yet; leader (no leader election) and not draining.
+    /// Not serving and not synced yet; leader (no leader election), not draining, and the
+    /// audit log writable.
     pub fn new() -> Self {
         let r = Self {
             holds: Default::default(),
@@ -90,6 +117,7 @@ impl Readiness {
         };
         r.set(Condition::Leader, true);
         r.set(Condition::NotDraining, true);
+        r.set(Condition::AuditWritable, true);
         r
     }
 
@@ -118,12 +146,12 @@ impl Readiness {
         self.why_not(condition).is_none()
     }
 
-    /// Whether every condition holds.
+    /// Whether every gating condition holds.
     pub fn is_ready(&self) -> bool {
-        Condition::ALL.iter().all(|c| self.holds(*c))
+        Condition::ALL.iter().all(|c| !c.gates() || self.holds(*c))
     }
 
-    /// The conditions that fail now, in report order.
+    /// The conditions that fail now, gating or not, in report order.
     pub fn failing(&self) -> Vec<Condition> {
         Condition::ALL
             .into_iter()
@@ -139,14 +167,15 @@ impl Readiness {
 
 /// The state of every condition at one moment. Its `Display` is the `/readyz` body: one line
 /// per condition, `[+]name ok` or `[-]name failed: why` (the format of Kubernetes components'
-/// verbose health checks), then `readyz check passed` or `readyz check failed`.
+/// verbose health checks; a non-gating condition that fails reads `[!]name degraded: why`),
+/// then `readyz check passed` or `readyz check failed`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report([(Condition, Option<String>); 4]);
+pub struct Report([(Condition, Option<String>); 5]);
 
 impl Report {
-    /// Whether every condition held.
+    /// Whether every gating condition held.
     pub fn is_ready(&self) -> bool {
-        self.0.iter().all(|(_, why)| why.is_none())
+        self.0.iter().all(|(c, why)| !c.gates() || why.is_none())
     }
 }
 
@@ -155,6 +184,7 @@ impl fmt::Display for Report {
         for (c, why) in &self.0 {
             match why {
                 None => writeln!(f, "[+]{} ok", c.name())?,
+                Some(why) if !c.gates() => writeln!(f, "[!]{} degraded: {why}", c.name())?,
                 Some(why) => writeln!(f, "[-]{} failed: {why}", c.name())?,
             }
         }
@@ -193,6 +223,7 @@ mod tests {
             "[+]serving ok\n[+]synced ok\n\
              [-]leader failed: another replica holds the leader lease\n\
              [-]shutdown failed: shutting down: draining in-flight RPCs\n\
+             [+]audit ok\n\
              readyz check failed\n"
         );
         r.set(Condition::Leader, true);
@@ -222,5 +253,33 @@ mod tests {
         );
         standby.store(false, Ordering::Release);
         assert!(r.is_ready());
+    }
+
+    #[test]
+    fn an_unwritable_audit_log_is_reported_as_degraded_without_failing_readiness() {
+        let r = Readiness::new();
+        r.set(Condition::Serving, true);
+        r.set(Condition::Synced, true);
+        let why = Arc::new(std::sync::Mutex::new(Some(
+            "writing audit log /a: No space left on device (os error 28)".to_owned(),
+        )));
+        let probe = why.clone();
+        r.probe(
+            Condition::AuditWritable,
+            Arc::new(move || probe.lock().unwrap().clone()),
+        );
+        assert_eq!(r.failing(), [Condition::AuditWritable]);
+        assert!(r.is_ready(), "a full disk must not take CA's endpoint away");
+        let text = r.report().to_string();
+        assert!(
+            text.contains(
+                "[!]audit degraded: writing audit log /a: No space left on device (os error 28)\n"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("readyz check passed\n"), "{text}");
+        *why.lock().unwrap() = None;
+        assert!(r.failing().is_empty());
+        assert!(r.report().to_string().contains("[+]audit ok\n"));
     }
 }

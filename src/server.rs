@@ -381,6 +381,11 @@ impl Server {
             _ => None,
         };
         let engine = Arc::new(engine);
+        let audit_state = engine.clone();
+        readiness.probe(
+            Condition::AuditWritable,
+            Arc::new(move || audit_state.audit_unwritable()),
+        );
         let parts = match (&audit_settings, &view) {
             (Some(_), Some(view)) => Some(LifecycleParts {
                 view: view.clone(),

@@ -459,3 +459,132 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
     assert!(listed.iter().all(|i| i.error.is_some()), "{listed:?}");
     assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 1 + 2);
 }
+
+/// The memory backend, but `increase` fails while `failing` is set (a cloud API outage).
+struct Flaky {
+    inner: MemoryProvisioner,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Provisioner for Flaky {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    async fn sync_groups(&self, groups: &[NodeGroupSpec]) -> gangscaler::provision::Result<()> {
+        self.inner.sync_groups(groups).await
+    }
+    async fn target_size(&self, group: &NodeGroupSpec) -> gangscaler::provision::Result<u32> {
+        self.inner.target_size(group).await
+    }
+    async fn increase(
+        &self,
+        group: &NodeGroupSpec,
+        delta: u32,
+    ) -> gangscaler::provision::Result<u32> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(gangscaler::provision::Error::Backend {
+                group: group.id.clone(),
+                backend: "memory",
+                message: "cloud API unavailable".into(),
+            });
+        }
+        self.inner.increase(group, delta).await
+    }
+    async fn decrease_target(
+        &self,
+        group: &NodeGroupSpec,
+        delta: u32,
+    ) -> gangscaler::provision::Result<u32> {
+        self.inner.decrease_target(group, delta).await
+    }
+    async fn delete(
+        &self,
+        group: &NodeGroupSpec,
+        nodes: &[NodeRef],
+    ) -> gangscaler::provision::Result<u32> {
+        self.inner.delete(group, nodes).await
+    }
+    async fn instances(
+        &self,
+        group: &NodeGroupSpec,
+    ) -> gangscaler::provision::Result<Vec<gangscaler::model::Instance>> {
+        self.inner.instances(group).await
+    }
+    async fn lookup(
+        &self,
+        node: &NodeRef,
+    ) -> gangscaler::provision::Result<Option<gangscaler::model::NodeGroupId>> {
+        self.inner.lookup(node).await
+    }
+}
+
+#[tokio::test]
+async fn a_backend_failure_after_the_decision_record_ends_its_scale_up_as_provision_failed() {
+    use gangscaler::audit::{self, Event, Outcome};
+    use gangscaler::scaleup::{Recorder, Timeouts};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
+    let recorder = Arc::new(recorder);
+    let flaky = Arc::new(Flaky {
+        inner: MemoryProvisioner::new(),
+        failing: std::sync::atomic::AtomicBool::new(true),
+    });
+    let provisioners: Vec<Arc<dyn Provisioner>> = vec![flaky.clone()];
+    let metrics = Arc::new(Metrics::new());
+    let objects = gang("train", 8, 8, 8, 0, 0, "2026-11-29T10:00:00Z");
+    let e = Engine::new(
+        testing::loaded(vec![h100(8)]),
+        None,
+        provisioners,
+        metrics.clone(),
+    )
+    .await
+    .unwrap()
+    .with_audit(recorder.clone())
+    .with_admission(
+        Policy::Strict,
+        Arc::new(StaticObjects(
+            ObjectSet::from_yaml_documents(&objects).unwrap(),
+        )),
+    );
+
+    let err = e.increase_size("h100", 8).await.unwrap_err();
+    assert_eq!(status::code(&err), tonic::Code::Unavailable, "{err}");
+    assert_eq!(e.target_size("h100").await.unwrap(), 0);
+    // The decision was durable before the backend was asked; its failure ends the lifecycle.
+    let records = audit::read_files(std::slice::from_ref(&path))
+        .unwrap()
+        .records;
+    let id = match &records[0].event {
+        Event::Decision(d) => d.scale_up_id.clone().expect("an id before acting"),
+        other => panic!("first record is the decision: {other:?}"),
+    };
+    match &records[1].event {
+        Event::Outcome(o) => {
+            assert_eq!(
+                (o.outcome, o.scale_up_id.as_str()),
+                (Outcome::ProvisionFailed, id.as_str())
+            );
+            assert_eq!(o.gang.as_ref().unwrap().name, "train");
+            assert!(o.reason.contains("cloud API unavailable"), "{}", o.reason);
+        }
+        other => panic!("second record ends the scale-up: {other:?}"),
+    }
+    assert_eq!(recorder.open_count(), 0, "nothing left open");
+    assert!(
+        metrics.encode().contains(
+            r#"gangscaler_scaleup_outcomes_total{node_group="h100",outcome="provisionFailed"} 1"#
+        ),
+        "{}",
+        metrics.encode()
+    );
+
+    // The gang was not counted in flight: once the backend answers, it is admitted again.
+    flaky
+        .failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(e.increase_size("h100", 8).await.unwrap(), 8);
+    assert_eq!(recorder.open_count(), 1);
+}

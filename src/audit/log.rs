@@ -17,6 +17,15 @@
 //!
 //! One process writes a log at a time; nothing enforces this (no lock file).
 //!
+//! # When the disk refuses
+//!
+//! A full filesystem (`ENOSPC`), a file-size limit (`EFBIG`; the process must not die of
+//! `SIGXFSZ`, see `crate::signals::survive_write_signals`) or any other write error fails the
+//! append as above. The log then remembers that it is *unwritable* ([`AuditLog::unwritable`]
+//! says why) until an append succeeds again: there is no background probe, the next append is
+//! the retry, so writing resumes by itself once space returns. The callers refuse every action
+//! whose record could not be made durable (see the engine's `NodeGroupIncreaseSize`).
+//!
 //! # Cost
 //!
 //! Each append blocks the calling thread for one `fdatasync`: tens of microseconds on a
@@ -142,6 +151,8 @@ pub struct AuditLog {
     // A std mutex: the critical section is one write and one fdatasync, never held across an
     // await, and callers may be sync or async.
     live: Mutex<Live>,
+    /// Why the last append failed to reach the disk; `None` while appends succeed.
+    unwritable: Mutex<Option<String>>,
 }
 
 impl AuditLog {
@@ -192,7 +203,46 @@ impl AuditLog {
             config,
             repaired_bytes,
             live: Mutex::new(live),
+            unwritable: Mutex::new(None),
         })
+    }
+
+    /// Why the log cannot be written now (the error of the last append, which failed), or
+    /// `None` while appends succeed. Cleared by the next successful append.
+    pub fn unwritable(&self) -> Option<String> {
+        self.unwritable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Remembers the outcome of an append that reached the file system, logging each change.
+    fn note_writable(&self, failure: Option<&Error>) {
+        let mut state = self
+            .unwritable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match (failure, state.is_some()) {
+            (Some(e), _) => {
+                let why = e.chain();
+                if state.is_none() {
+                    tracing::error!(
+                        audit.path = %self.path.display(),
+                        error = %why,
+                        "the audit log cannot be written: every scale-up is refused until a record can be made durable again"
+                    );
+                }
+                *state = Some(why);
+            }
+            (None, true) => {
+                tracing::info!(
+                    audit.path = %self.path.display(),
+                    "the audit log can be written again: scale-ups resume"
+                );
+                *state = None;
+            }
+            (None, false) => {}
+        }
     }
 
     /// The live file's path.
@@ -239,11 +289,16 @@ impl AuditLog {
         let bytes = line.as_bytes();
         let mut live = self.lock();
         let grown = live.len.saturating_add(bytes.len() as u64);
-        if live.len > 0 && grown > self.config.max_bytes {
-            self.rotate(&mut live).map_err(|source| Error::Rotate {
+        if live.len > 0
+            && grown > self.config.max_bytes
+            && let Err(source) = self.rotate(&mut live)
+        {
+            let e = Error::Rotate {
                 path: self.path.clone(),
                 source,
-            })?;
+            };
+            self.note_writable(Some(&e));
+            return Err(e);
         }
         let written = live
             .file
@@ -254,13 +309,16 @@ impl AuditLog {
             // not follow a partial line. If even that fails, the next `open` repairs it.
             let len = live.len;
             let _ = live.file.set_len(len).and_then(|()| live.file.sync_data());
-            return Err(Error::Write {
+            let e = Error::Write {
                 path: self.path.clone(),
                 source,
-            });
+            };
+            self.note_writable(Some(&e));
+            return Err(e);
         }
         live.len = live.len.saturating_add(bytes.len() as u64);
         drop(live);
+        self.note_writable(None);
         if self.config.copy_to_stdout {
             // The record is already durable; a closed stdout must not fail the append.
             let mut out = io::stdout().lock();
@@ -477,6 +535,47 @@ mod tests {
         for line in text.lines() {
             Record::parse_line(line).unwrap();
         }
+    }
+
+    #[test]
+    fn a_failed_append_marks_the_log_unwritable_until_one_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        // Rotation at every record, keeping one file: a non-empty directory where the rotated
+        // file must go makes rotation (and so the append) fail, even for root.
+        let config = Config::new().with_max_bytes(1).with_keep_files(1);
+        let log = AuditLog::open(&path, config).unwrap();
+        log.append(&record(1)).unwrap();
+        assert_eq!(log.unwritable(), None);
+        let blocker = rotated_path(&path, 1);
+        fs::create_dir(&blocker).unwrap();
+        fs::write(blocker.join("x"), b"x").unwrap();
+        let before = fs::read(&path).unwrap();
+
+        let err = log.append(&record(2)).unwrap_err();
+        assert!(matches!(err, Error::Rotate { .. }), "{err:?}");
+        let why = log.unwritable().expect("marked unwritable");
+        assert!(why.contains("rotating audit log"), "{why}");
+        assert!(why.contains(&path.display().to_string()), "{why}");
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            before,
+            "nothing of the refused record"
+        );
+        log.append(&record(3)).unwrap_err();
+        assert!(log.unwritable().is_some());
+
+        fs::remove_dir_all(&blocker).unwrap();
+        log.append(&record(4)).unwrap();
+        assert_eq!(
+            log.unwritable(),
+            None,
+            "cleared by the next successful append"
+        );
+        let text = fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1);
+        assert!(text.contains("su-4"), "{text}");
+        assert!(fs::read_to_string(&blocker).unwrap().contains("su-1"));
     }
 
     #[test]

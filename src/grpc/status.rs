@@ -15,7 +15,7 @@ use crate::provision;
 /// | bad delta, malformed request, node not in group | `InvalidArgument` |
 /// | past max, below min, cancelling created capacity | `FailedPrecondition` |
 /// | no template, no price, unsupported call | `Unimplemented` |
-/// | backend unreachable, cluster view not synced or stale, not the leader | `Unavailable` |
+/// | backend unreachable, cluster view not synced or stale, not the leader, audit log unwritable | `Unavailable` |
 /// | wiring bug | `Internal` |
 pub fn code(e: &Error) -> Code {
     match e {
@@ -24,7 +24,10 @@ pub fn code(e: &Error) -> Code {
         Error::NoTemplate(_) | Error::NoPrice(_) | Error::Unsupported(_) => Code::Unimplemented,
         Error::NoBackend { .. } => Code::Internal,
         Error::Rejected { .. } => Code::FailedPrecondition,
-        Error::NotSynced(_) | Error::ViewStale { .. } | Error::NotLeader(_) => Code::Unavailable,
+        Error::NotSynced(_)
+        | Error::ViewStale { .. }
+        | Error::NotLeader(_)
+        | Error::AuditUnwritable { .. } => Code::Unavailable,
         Error::Provision(p) => match p {
             provision::Error::AboveMax { .. }
             | provision::Error::BelowMin { .. }
@@ -170,6 +173,14 @@ mod tests {
                         kinds: vec!["Pod".into()],
                         for_: std::time::Duration::from_secs(5),
                     },
+                },
+                Code::Unavailable,
+            ),
+            (
+                Error::AuditUnwritable {
+                    group: g(),
+                    nodes: 2,
+                    why: "writing audit log /a: No space left on device (os error 28)".into(),
                 },
                 Code::Unavailable,
             ),

@@ -17,8 +17,8 @@ use std::sync::{Mutex, PoisonError};
 
 use super::track::{Observation, Open, Timeouts, Tracker};
 use crate::audit::{
-    self, AuditLog, BadLine, Config, DecisionEvent, Event, Phase, PhaseEvent, Record, read_files,
-    rotated_paths,
+    self, AuditLog, BadLine, Config, DecisionEvent, Event, Outcome, OutcomeEvent, Phase,
+    PhaseEvent, Record, read_files, rotated_paths,
 };
 use crate::planner;
 
@@ -144,8 +144,10 @@ impl Recorder {
         self.tracker().open_count()
     }
 
-    /// Records an admission decision made at `now_ms` (call it after the provisioner
-    /// answered). An accepted decision with nodes to add gets a new scale-up id, returned.
+    /// Records an admission decision made at `now_ms`. Call it *before* the provisioner is
+    /// asked: an accepted decision with nodes to add gets a new scale-up id (returned), and the
+    /// increase may be applied only once this returned `Ok`; if the provisioner then fails,
+    /// [`Recorder::provision_failed`] ends the lifecycles the record opened.
     ///
     /// # Errors
     /// The [`AuditLog::append`] errors; the decision is then not recorded.
@@ -166,6 +168,51 @@ impl Recorder {
         self.log.append(&record)?;
         tracker.apply(&record);
         Ok(id)
+    }
+
+    /// Ends every lifecycle that scale-up `scale_up_id` opened, and that is still open, with a
+    /// `provisionFailed` outcome at `now_ms` saying `reason`: its decision was recorded, then
+    /// the backend refused or failed the increase. Returns the records appended.
+    ///
+    /// # Errors
+    /// The first [`AuditLog::append`] error; the lifecycles not ended stay open (in the log as
+    /// in the tracker) and end by their timeouts, as if the nodes never came.
+    pub fn provision_failed(
+        &self,
+        scale_up_id: &str,
+        now_ms: i64,
+        reason: &str,
+    ) -> audit::Result<Vec<Record>> {
+        let mut tracker = self.tracker();
+        let ending: Vec<Open> = tracker
+            .open()
+            .filter(|o| o.scale_up_id == scale_up_id)
+            .cloned()
+            .collect();
+        let mut done = Vec::with_capacity(ending.len());
+        for open in ending {
+            let record = Record::new(
+                now_ms,
+                OutcomeEvent {
+                    scale_up_id: open.scale_up_id.clone(),
+                    node_group: open.node_group.clone(),
+                    gang: open.gang.clone(),
+                    outcome: Outcome::ProvisionFailed,
+                    requested_at_ms: open.requested_at_ms,
+                    formed_at_ms: None,
+                    attached_at_ms: None,
+                    pending_since_ms: None,
+                    attach_failures: 0,
+                    duration_ms: u64::try_from(now_ms.saturating_sub(open.requested_at_ms))
+                        .unwrap_or(0),
+                    reason: reason.to_owned(),
+                },
+            );
+            self.log.append(&record)?;
+            tracker.apply(&record);
+            done.push(record);
+        }
+        Ok(done)
     }
 
     /// Appends any record (e.g. `provisionFailed` straight after a failed call) and applies it.

@@ -266,14 +266,21 @@ impl Loop {
             }
         }
         let observed = observe(open, &facts);
+        // A lifecycle record that cannot be made durable is not applied either: its lifecycle
+        // stays open (and its nodes protected) until a later tick writes it.
         let appended = match self
             .recorder
             .reconcile(now_ms, |o| observed.get(&o.key()).cloned())
         {
-            Ok(appended) => appended,
+            Ok(appended) => {
+                if !appended.is_empty() {
+                    self.metrics.audit_append(true);
+                }
+                appended
+            }
             Err((e, appended)) => {
                 error!(error = %e, "writing the audit log failed; the lifecycle records will be computed again");
-                self.metrics.audit_write_failures.inc();
+                self.metrics.audit_append(false);
                 appended
             }
         };
