@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! main, cli  ─► server, webhook, engine, scaleup, audit, planner, cluster, config,
-//!               provision, migrate, doctor, telemetry, trace, model, yaml
+//!               provision, migrate, doctor, signals, telemetry, trace, model, yaml
 //! webhook    ─► server (TLS, connections), migrate, config
 //! doctor     ─► provision, model, yaml
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
@@ -23,7 +23,7 @@
 //! planner    ─► model
 //! leader     ─► config, metrics
 //! http       ─► metrics, readiness
-//! model, metrics, readiness, telemetry, yaml: nothing of ours
+//! model, metrics, readiness, signals, telemetry, yaml: nothing of ours
 //! testing    ─► config, model   (test and bench builders; planner's and provision's tests)
 //! ```
 //!
@@ -54,6 +54,8 @@
 //!   way the served gang API expects and creates their PodGroups.
 //! - [`doctor`]: `gangscaler doctor`: reads the cluster and the components' flags into a
 //!   plain record and checks it, purely, for readiness for gang admission.
+//! - [`signals`]: the `SIGXFSZ` handler that turns a write past the file-size limit into an
+//!   error instead of the end of the process.
 //! - [`readiness`]: the named conditions behind `/readyz` (serving, synced, leader, not
 //!   draining).
 
@@ -75,6 +77,7 @@ pub mod provision;
 pub mod readiness;
 pub mod scaleup;
 pub mod server;
+pub mod signals;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

@@ -12,6 +12,10 @@ async fn main() -> ExitCode {
         eprintln!("error: setting up logging: {e}");
         return ExitCode::from(2);
     }
+    if let Err(e) = gangscaler::signals::survive_write_signals() {
+        eprintln!("error: installing the SIGXFSZ handler: {e}");
+        return ExitCode::from(2);
+    }
     match cli::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
