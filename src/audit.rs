@@ -89,14 +89,7 @@ impl Error {
     /// The error and its causes, `: `-separated: what the disk refused, for logs, readiness
     /// and the RPC's message.
     pub fn chain(&self) -> String {
-        let mut out = self.to_string();
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            out.push_str(": ");
-            out.push_str(&c.to_string());
-            cause = c.source();
-        }
-        out
+        crate::telemetry::chain(self)
     }
 
     /// A bounded label for metrics.

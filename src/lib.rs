@@ -9,12 +9,12 @@
 //! webhook    ─► server (TLS, connections), migrate, config
 //! doctor     ─► provision, model, yaml
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
-//!               leader, metrics, readiness, model
+//!               leader, metrics, readiness, telemetry, model
 //! grpc       ─► engine, provision, metrics, model
 //! engine     ─► scaleup, planner, provision, cluster, config, events, leader, metrics, model
 //! scaleup    ─► cluster, audit, events, metrics, planner, model      (never engine)
 //! provision  ─► cluster, config, model
-//! audit      ─► planner, model                                       (never scaleup)
+//! audit      ─► planner, model, telemetry                            (never scaleup)
 //! events     ─► planner, model
 //! config     ─► planner, model, yaml
 //! cluster    ─► model, yaml

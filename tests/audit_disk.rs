@@ -321,6 +321,19 @@ fn restart_tracks(log: &Path, ok: u32) {
     );
 }
 
+/// The log accounts for every OK answer and every node, and reads back whole.
+fn accounts(log: &Path, logged: &Logged, ok: u32, nodes: u32) {
+    assert_eq!(logged.bad, 0, "no partial line");
+    assert_eq!(
+        logged.scale_ups as u32, ok,
+        "every OK answer has its record"
+    );
+    assert_eq!(logged.nodes, nodes, "no node added without its record");
+    assert_eq!(logged.gangs.len() as u32, ok, "each gang admitted once");
+    report_reads(log, logged.records);
+    restart_tracks(log, ok);
+}
+
 fn figures(what: &str, phases: &[(&str, &Calls)], logged: &Logged, nodes: u32) {
     let ok: u32 = phases.iter().map(|(_, c)| c.ok).sum();
     let refused: u32 = phases.iter().map(|(_, c)| c.refused).sum();
@@ -470,16 +483,8 @@ async fn a_full_filesystem_refuses_scale_ups_without_losing_one_and_writing_resu
         &logged,
         nodes,
     );
-    assert_eq!(logged.bad, 0, "no partial line");
-    assert_eq!(
-        logged.scale_ups as u32, ok,
-        "every OK answer has its record"
-    );
     assert_eq!(nodes, before.added + full.added + after.added);
-    assert_eq!(logged.nodes, nodes, "no node added without its record");
-    assert_eq!(logged.gangs.len() as u32, ok, "each gang admitted once");
-    report_reads(&log, logged.records);
-    restart_tracks(&log, ok);
+    accounts(&log, &logged, ok, nodes);
 }
 
 /// Starts this test binary as the child rig under `prlimit --fsize=<limit>:unlimited`, with or
@@ -597,15 +602,8 @@ async fn a_file_size_limit_refuses_scale_ups_without_killing_the_process() {
         &logged,
         nodes,
     );
-    assert_eq!(logged.bad, 0, "no partial line");
-    assert_eq!(
-        logged.scale_ups as u32, ok,
-        "every OK answer has its record"
-    );
     assert_eq!(nodes, limited.added + lifted.added);
-    assert_eq!(logged.nodes, nodes, "no node added without its record");
-    report_reads(&log, logged.records);
-    restart_tracks(&log, ok);
+    accounts(&log, &logged, ok, nodes);
 }
 
 /// Not a test: the child process of [`a_file_size_limit_refuses_scale_ups_without_killing_the_process`]

@@ -198,14 +198,7 @@ impl Tls {
 
 /// The error and its sources on one line.
 fn chain(e: &Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+    crate::telemetry::chain(e)
 }
 
 /// Unix seconds as RFC 3339.
