@@ -1,13 +1,15 @@
 //! Configuration reload on Refresh against hostile or careless edits (issue 10): a group file
 //! replaced by something that is not a readable regular file, an alias bomb or an oversized
 //! file keeps the last good configuration and is reported, and a Kubernetes-ConfigMap-style
-//! symlink swap is picked up.
+//! symlink swap is picked up; a node-group directory that vanishes or becomes a file is
+//! reported naming `nodeGroupsDir`.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
 
 use std::os::unix::fs::symlink;
+use std::sync::{Arc, Mutex};
 
 use common::{Client, TestServer, metrics, node_groups, sample};
 use gangscaler::proto;
@@ -20,6 +22,52 @@ fn idle(max: u32) -> String {
     format!(
         "id: idle\nminSize: 0\nmaxSize: {max}\ninstanceType: m7i.large\nregion: us-east-1\nzone: us-east-1a\n"
     )
+}
+
+/// The log lines written while the guard of [`Logs::capture`] lives, on this thread: a
+/// `#[tokio::test]` runs the server's tasks on the test's one thread, so its events land here.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = Self::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// Every line written so far, then forgets them.
+    fn take(&self) -> Vec<String> {
+        let bytes = std::mem::take(&mut *self.0.lock().unwrap());
+        String::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Self;
+
+    fn make_writer(&'a self) -> Self {
+        self.clone()
+    }
 }
 
 async fn refresh(c: &mut Client) {
@@ -170,5 +218,74 @@ async fn a_configmap_style_symlink_swap_is_picked_up_and_hidden_directories_are_
     assert_eq!(groups.get("idle"), Some(&(0, 5)));
     let m = metrics(server.http).await;
     assert_eq!(reloads(&m, "failure"), 0.0, "{m}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_node_groups_dir_that_vanishes_or_becomes_a_file_is_reported_naming_the_setting() {
+    let (logs, _guard) = Logs::capture();
+    let server = TestServer::start(&[
+        ("provider.yaml", PROVIDER),
+        ("nodegroups/idle.yaml", &idle(2)),
+    ])
+    .await;
+    let mut c = server.client().await;
+    let dir = server.dir.path();
+    let groups = dir.join("nodegroups");
+    let provider = dir.join("provider.yaml");
+    let mut failures = 0.0;
+    type Replace = Box<dyn Fn(&std::path::Path)>;
+    let cases: Vec<(&str, &str, Replace)> = vec![
+        ("vanished", "nothing exists", Box::new(|_| {})),
+        (
+            "a regular file",
+            "regular file",
+            Box::new(|g| std::fs::write(g, idle(2)).unwrap()),
+        ),
+    ];
+    for (what, expected, replace) in cases {
+        std::fs::rename(&groups, dir.join("moved")).unwrap();
+        replace(&groups);
+        logs.take();
+        refresh(&mut c).await;
+        assert_eq!(
+            node_groups(&mut c).await.get("idle"),
+            Some(&(0, 2)),
+            "{what}: the last good configuration stays"
+        );
+        let m = metrics(server.http).await;
+        failures += 1.0;
+        assert_eq!(reloads(&m, "failure"), failures, "{what}: {m}");
+        assert_eq!(sample(&m, "gangscaler_config_valid"), Some(0.0), "{what}");
+        let lines = logs.take();
+        let line = lines
+            .iter()
+            .find(|l| l.contains("ERROR"))
+            .unwrap_or_else(|| panic!("{what}: no error logged: {lines:#?}"));
+        let error = lines.join("\n");
+        for part in [
+            provider.to_str().unwrap(),
+            "nodeGroupsDir",
+            groups.to_str().unwrap(),
+            expected,
+        ] {
+            assert!(error.contains(part), "{what}: {part} missing from {line}: {error}");
+        }
+        // Logged once, not on every loop.
+        refresh(&mut c).await;
+        assert!(
+            !logs.take().iter().any(|l| l.contains("ERROR")),
+            "{what}: logged again"
+        );
+        if groups.is_file() {
+            std::fs::remove_file(&groups).unwrap();
+        }
+        std::fs::rename(dir.join("moved"), &groups).unwrap();
+        std::fs::write(groups.join("idle.yaml"), idle(3)).unwrap();
+        refresh(&mut c).await;
+        assert_eq!(node_groups(&mut c).await.get("idle"), Some(&(0, 3)), "{what}");
+        std::fs::write(groups.join("idle.yaml"), idle(2)).unwrap();
+        refresh(&mut c).await;
+    }
     server.stop().await;
 }
