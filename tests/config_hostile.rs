@@ -621,9 +621,16 @@ fn a_missing_node_groups_dir_names_the_setting_and_the_directory() {
     let errs = invalid(dir.load());
     let (e, text) = only_error(&errs, &provider, "nodeGroupsDir");
     let missing = dir.path().join("missing-dir");
-    assert_eq!(e.value, Some(format!("{:?}", missing.display().to_string())));
+    assert_eq!(
+        e.value,
+        Some(format!("{:?}", missing.display().to_string()))
+    );
     assert!(e.message.contains("nothing exists"), "{text}");
-    for part in [provider.to_str().unwrap(), "nodeGroupsDir", missing.to_str().unwrap()] {
+    for part in [
+        provider.to_str().unwrap(),
+        "nodeGroupsDir",
+        missing.to_str().unwrap(),
+    ] {
         assert!(text.contains(part), "{part}: {text}");
     }
     // Without the setting, its default `nodegroups` is named the same way.

@@ -269,7 +269,10 @@ async fn a_node_groups_dir_that_vanishes_or_becomes_a_file_is_reported_naming_th
             groups.to_str().unwrap(),
             expected,
         ] {
-            assert!(error.contains(part), "{what}: {part} missing from {line}: {error}");
+            assert!(
+                error.contains(part),
+                "{what}: {part} missing from {line}: {error}"
+            );
         }
         // Logged once, not on every loop.
         refresh(&mut c).await;
@@ -283,7 +286,11 @@ async fn a_node_groups_dir_that_vanishes_or_becomes_a_file_is_reported_naming_th
         std::fs::rename(dir.join("moved"), &groups).unwrap();
         std::fs::write(groups.join("idle.yaml"), idle(3)).unwrap();
         refresh(&mut c).await;
-        assert_eq!(node_groups(&mut c).await.get("idle"), Some(&(0, 3)), "{what}");
+        assert_eq!(
+            node_groups(&mut c).await.get("idle"),
+            Some(&(0, 3)),
+            "{what}"
+        );
         std::fs::write(groups.join("idle.yaml"), idle(2)).unwrap();
         refresh(&mut c).await;
     }

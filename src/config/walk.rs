@@ -276,9 +276,7 @@ impl<'a> Obj<'a> {
                 errs.push(
                     &self.path(key),
                     Some(v),
-                    format!(
-                        "must be a finite number from {min} to {max}, not NaN or infinity"
-                    ),
+                    format!("must be a finite number from {min} to {max}, not NaN or infinity"),
                 );
                 None
             }
