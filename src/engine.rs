@@ -166,6 +166,11 @@ impl Engine {
         let loaded = engine.config.load_full();
         engine.sync(&loaded.groups).await?;
         engine.metrics.config_valid.set(1);
+        // Each group's target is compared with its maxSize whenever a call reads or changes
+        // it (CA reads every group's target on every loop).
+        engine
+            .metrics
+            .node_groups(loaded.groups.iter().map(|g| g.id.as_str()), []);
         Ok(engine)
     }
 
@@ -326,8 +331,10 @@ impl Engine {
         match self.try_reload(source, &current).await {
             Ok(new) => {
                 info!(node_groups = new.groups.len(), "configuration reloaded");
-                self.config.store(Arc::new(new));
+                let new = Arc::new(new);
+                self.config.store(Arc::clone(&new));
                 self.metrics.config_reload(true);
+                self.check_max_sizes(&current, &new).await;
             }
             Err(message) => {
                 error!(error = %message, "configuration edit rejected; keeping the last good configuration");
@@ -371,6 +378,65 @@ impl Engine {
         Ok(new)
     }
 
+    /// After a reload: keeps the per-group gauges in step with the groups, and compares the
+    /// target of every group whose `maxSize` changed (or that is new) with its new maximum.
+    /// A target above it is kept, never shrunk: Cluster Autoscaler itself only skips such a
+    /// group for scale-up and removes its nodes one by one as they become unneeded (see
+    /// README, "maxSize lowered below the target"). A target that cannot be read now is
+    /// compared on the next call that reads it.
+    async fn check_max_sizes(&self, old: &Loaded, new: &Loaded) {
+        let removed: Vec<&str> = old
+            .groups
+            .iter()
+            .filter(|o| !new.groups.iter().any(|g| g.id == o.id))
+            .map(|o| o.id.as_str())
+            .collect();
+        self.metrics
+            .node_groups(new.groups.iter().map(|g| g.id.as_str()), removed);
+        for g in &new.groups {
+            let before = old.groups.iter().find(|o| o.id == g.id);
+            if before.is_some_and(|o| o.max_size == g.max_size) {
+                continue;
+            }
+            let Ok(backend) = self.backend(g) else {
+                continue;
+            };
+            match backend.target_size(g).await {
+                Ok(target) => {
+                    let lowered = before.is_some_and(|o| o.max_size > g.max_size);
+                    self.note_target(g, target, lowered);
+                }
+                Err(e) => {
+                    warn!(node_group.id = %g.id, max_size = g.max_size, error = %e, "reading the target size to compare it with the new maxSize failed; it is compared on the next call that reads it");
+                }
+            }
+        }
+    }
+
+    /// Compares `target` with the group's `maxSize`: keeps
+    /// `gangscaler_node_group_target_above_max` in step, and logs a warning naming the group,
+    /// its maxSize and its target when the target is above the maximum (when it first is, and
+    /// after every reload that `lowered` maxSize), and an info line when it is back within.
+    fn note_target(&self, g: &NodeGroupSpec, target: u32, lowered: bool) {
+        let above = target > g.max_size;
+        let was = self.metrics.target_above_max(g.id.as_str(), above);
+        if above && (lowered || !was) {
+            warn!(
+                node_group.id = %g.id,
+                max_size = g.max_size,
+                target_size = target,
+                "node group target size is above its maxSize: the nodes are kept (none is removed for a configuration edit), NodeGroupIncreaseSize is refused until the target is within maxSize, and Cluster Autoscaler removes nodes only as they become unneeded"
+            );
+        } else if !above && was {
+            info!(
+                node_group.id = %g.id,
+                max_size = g.max_size,
+                target_size = target,
+                "node group target size is within its maxSize again"
+            );
+        }
+    }
+
     /// The group managing `node`, matched by providerID then by name; `None` if unmanaged.
     ///
     /// # Errors
@@ -395,14 +461,17 @@ impl Engine {
     pub async fn target_size(&self, id: &str) -> Result<u32> {
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
-        Ok(self.backend(g)?.target_size(g).await?)
+        let target = self.backend(g)?.target_size(g).await?;
+        self.note_target(g, target, false);
+        Ok(target)
     }
 
     /// Raises the group's target by `delta`.
     ///
     /// # Errors
     /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta <= 0`, the backend's
-    /// refusal (above max) or failure, and with gang admission [`Error::Rejected`],
+    /// refusal ([`provision::Error::AboveMax`], also when the target is already above a
+    /// `maxSize` a reload lowered) or failure, and with gang admission [`Error::Rejected`],
     /// [`Error::NotSynced`] or [`Error::ViewStale`] (no decision is made or recorded from a
     /// cluster view that may be behind); [`Error::NotLeader`] on a replica that may not act.
     pub async fn increase_size(&self, id: &str, delta: i32) -> Result<u32> {
@@ -420,6 +489,7 @@ impl Engine {
             self.check_leader()?;
             let result = backend.increase(g, delta).await;
             self.observe(g, "increase", &result);
+            self.note_increase(g, &result);
             let target = result?;
             info!(node_group.id = %g.id, delta, target, "target size increased");
             return Ok(target);
@@ -427,6 +497,7 @@ impl Engine {
         let now_ms = now_ms();
         let now = now_ms.div_euclid(1000);
         let target = backend.target_size(g).await?;
+        self.note_target(g, target, false);
         let decision = admission
             .decide(g, &cfg.provider.gpu_label, target, delta, now)
             .map_err(|e| match e {
@@ -476,6 +547,7 @@ impl Engine {
         })?;
         let result = backend.increase(g, decision.applied_delta).await;
         self.observe(g, "increase", &result);
+        self.note_increase(g, &result);
         let new_target = match result {
             Ok(t) => t,
             Err(e) => {
@@ -519,6 +591,7 @@ impl Engine {
         let result = self.backend(g)?.delete(g, nodes).await;
         self.observe(g, "delete", &result);
         let target = result?;
+        self.note_target(g, target, false);
         if self.audit.get().is_some() {
             self.failed_ledger()
                 .deleted(g.id.as_str(), nodes.iter().map(|n| n.provider_id.as_str()));
@@ -548,6 +621,7 @@ impl Engine {
         let result = self.backend(g)?.decrease_target(g, by).await;
         self.observe(g, "decrease_target", &result);
         let target = result?;
+        self.note_target(g, target, false);
         info!(node_group.id = %g.id, delta, target, "target size decreased");
         // CA withdrew requested nodes (they did not come in time, or are no longer needed):
         // the gangs they were for may go to another group.
@@ -700,6 +774,20 @@ impl Engine {
                 error!(node_group.id = %group.id, scale_up.id = %id, error = %w.chain(), "recording the failed increase failed; its lifecycle ends by its registration timeout");
                 self.metrics.audit_append(false);
             }
+        }
+    }
+
+    /// Compares the target an increase reports (the new one, or the one an
+    /// [`provision::Error::AboveMax`] refusal names) with the group's `maxSize`.
+    fn note_increase(&self, g: &NodeGroupSpec, result: &provision::Result<u32>) {
+        match result {
+            Ok(target)
+            | Err(provision::Error::AboveMax {
+                current: target, ..
+            }) => {
+                self.note_target(g, *target, false);
+            }
+            Err(_) => {}
         }
     }
 

@@ -152,6 +152,9 @@ pub struct Metrics {
     /// Pending gangs Cluster Autoscaler cannot see now: no member carries a scheduler verdict
     /// after `lifecycle.noVerdictAfter`.
     pub gangs_without_verdict: Gauge,
+    /// Per configured node group: 1 while its target size is above its `maxSize` (a reload
+    /// lowered `maxSize` below it; the nodes are kept), else 0.
+    pub node_group_target_above_max: Family<GroupLabels, Gauge>,
     /// 1 while the cluster view may be behind the cluster (a watch failed and has not listed
     /// again, e.g. during an API-server outage), else 0.
     pub cluster_view_stale: Gauge,
@@ -291,6 +294,7 @@ impl Metrics {
         let gangs_pending_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
         let gangs_without_verdict = Gauge::default();
         let cluster_view_stale = Gauge::default();
+        let node_group_target_above_max = Family::<GroupLabels, Gauge>::default();
         let leader = Gauge::default();
         let leader_transitions = Counter::default();
         registry.register(
@@ -302,6 +306,11 @@ impl Metrics {
             "transitions",
             "changes of the leader-election Lease holder this replica saw",
             leader_transitions.clone(),
+        );
+        registry.sub_registry_with_prefix("node_group").register(
+            "target_above_max",
+            "1 while the node group's target size is above its maxSize (a configuration reload lowered maxSize below it; no node is removed for it, and increases are refused), else 0",
+            node_group_target_above_max.clone(),
         );
         registry.sub_registry_with_prefix("cluster").register(
             "view_stale",
@@ -427,6 +436,7 @@ impl Metrics {
             gangs_pending_seconds,
             gangs_without_verdict,
             cluster_view_stale,
+            node_group_target_above_max,
             leader,
             leader_transitions,
             tls: None,
@@ -532,6 +542,40 @@ impl Metrics {
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
         self.config_valid.set(i64::from(success));
+    }
+
+    /// Records whether `group`'s target size is above its `maxSize`; returns whether it was
+    /// before this call.
+    pub fn target_above_max(&self, group: &str, above: bool) -> bool {
+        let labels = GroupLabels {
+            node_group: group.to_owned(),
+        };
+        self.node_group_target_above_max
+            .get_or_create(&labels)
+            .set(i64::from(above))
+            == 1
+    }
+
+    /// Keeps the per-group gauges in step with the configured groups: a series (0 until a
+    /// target is seen above `maxSize`) for each of `current`, none for the `removed` groups.
+    pub fn node_groups<'a>(
+        &self,
+        current: impl IntoIterator<Item = &'a str>,
+        removed: impl IntoIterator<Item = &'a str>,
+    ) {
+        for group in removed {
+            self.node_group_target_above_max.remove(&GroupLabels {
+                node_group: group.to_owned(),
+            });
+        }
+        for group in current {
+            // Created at 0 if absent; an existing value is kept.
+            let _ = self
+                .node_group_target_above_max
+                .get_or_create(&GroupLabels {
+                    node_group: group.to_owned(),
+                });
+        }
     }
 
     /// The text exposition of every family.

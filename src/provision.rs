@@ -15,9 +15,11 @@ use crate::model::{Instance, NodeGroupId, NodeGroupSpec, echo};
 /// Provisioning errors. Every variant names the group and the numbers involved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// Growing by `delta` would pass the group's maximum.
+    /// Growing by `delta` would pass the group's maximum (or the target is already above it:
+    /// a reload lowered `maxSize` below the target).
     #[error(
-        "node group {group}: increasing target size {current} by {delta} would exceed max size {max}"
+        "node group {group}: increasing target size {current} by {delta} would exceed max size {max}{}",
+        above_max_note(*current, *max)
     )]
     AboveMax {
         /// Group.
@@ -93,6 +95,15 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+}
+
+/// The tail of an [`Error::AboveMax`] message whose target is already above the maximum.
+fn above_max_note(current: u32, max: u32) -> &'static str {
+    if current > max {
+        " (the target is already above max size: maxSize was lowered below it; no increase is possible until nodes are deleted)"
+    } else {
+        ""
+    }
 }
 
 impl Error {

@@ -80,6 +80,16 @@ impl Limits {
             // configuration files a leading zero is kept as written (`rack: 007`).
             legacy_octal_numbers: kubernetes,
             leading_zero_numbers_as_strings: !kubernetes,
+            // `.nan`, `.inf`, `-.inf` (and literals past f64, `1e999`): a configuration file
+            // reads them as the strings `.nan`, `.inf`, `-.inf`, so the setting that holds one
+            // is refused by name and value (`price: must be a finite number ...`); rejecting
+            // them while parsing could only name the line. Kubernetes objects keep the
+            // rejection (JSON, which Kubernetes converts YAML to, has no NaN or infinity).
+            non_finite_float_policy: if kubernetes {
+                serde_saphyr::NonFiniteFloatPolicy::Reject
+            } else {
+                serde_saphyr::NonFiniteFloatPolicy::AsString
+            },
         }
     }
 }

@@ -1253,11 +1253,20 @@ fn a_missing_provider_file_is_a_read_error_naming_it() {
 }
 
 #[test]
-fn a_missing_node_groups_directory_is_a_read_error_naming_it() {
+fn a_missing_node_groups_directory_is_an_error_of_the_setting_naming_it() {
     let dir = ConfigDir::new(&format!("{PROVIDER}nodeGroupsDir: groups\n"));
     match dir.load() {
-        Err(Error::Read { path, .. }) => assert_eq!(path, dir.path().join("groups")),
-        other => panic!("expected Error::Read, got {other:#?}"),
+        Err(Error::Invalid(list)) => {
+            assert_eq!(list.len(), 1, "{list:#?}");
+            assert_eq!(list[0].file, dir.path().join("provider.yaml"));
+            assert_eq!(list[0].field, "nodeGroupsDir");
+            let groups = dir.path().join("groups");
+            assert_eq!(
+                list[0].value,
+                Some(format!("{:?}", groups.display().to_string()))
+            );
+        }
+        other => panic!("expected Error::Invalid, got {other:#?}"),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Hostile and careless configuration (issue 10): YAML alias bombs, oversized and deeply
 //! nested files, directory entries that are not readable regular files, TLS material that
-//! `serve` would refuse, follow-on error noise, and the ephemeral-storage default. Every
+//! `serve` would refuse, follow-on error noise, the ephemeral-storage default, and errors that
+//! must name their setting (`nodeGroupsDir`, a NaN `price`). Every
 //! configuration directory is written into a temporary directory and loaded through
 //! `Source::with_env`, so nothing here reads the process environment.
 #![allow(
@@ -598,4 +599,139 @@ fn a_capacity_without_ephemeral_storage_is_refused_naming_the_field() {
         gangscaler::model::TemplateNode::for_group(&loaded.groups[0], &loaded.provider.gpu_label)
             .unwrap();
     assert_eq!(template.status.allocatable["ephemeral-storage"], "7600Gi");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Errors that name the setting: file, field and value
+// ---------------------------------------------------------------------------------------------
+
+/// The one error of `errs`, which must be `field` of `file`, and its text.
+fn only_error<'a>(errs: &'a [FieldError], file: &Path, field: &str) -> (&'a FieldError, String) {
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    let e = &errs[0];
+    assert_eq!(e.file, file, "{e}");
+    assert_eq!(e.field, field, "{e}");
+    (e, e.to_string())
+}
+
+#[test]
+fn a_missing_node_groups_dir_names_the_setting_and_the_directory() {
+    let dir = ConfigDir::new(&format!("{PROVIDER}nodeGroupsDir: missing-dir\n"));
+    let provider = dir.path().join("provider.yaml");
+    let errs = invalid(dir.load());
+    let (e, text) = only_error(&errs, &provider, "nodeGroupsDir");
+    let missing = dir.path().join("missing-dir");
+    assert_eq!(
+        e.value,
+        Some(format!("{:?}", missing.display().to_string()))
+    );
+    assert!(e.message.contains("nothing exists"), "{text}");
+    for part in [
+        provider.to_str().unwrap(),
+        "nodeGroupsDir",
+        missing.to_str().unwrap(),
+    ] {
+        assert!(text.contains(part), "{part}: {text}");
+    }
+    // Without the setting, its default `nodegroups` is named the same way.
+    let dir = ConfigDir::new(PROVIDER);
+    std::fs::remove_dir(dir.path().join("nodegroups")).unwrap();
+    let errs = invalid(dir.load());
+    let (e, text) = only_error(&errs, &dir.path().join("provider.yaml"), "nodeGroupsDir");
+    assert!(e.value.as_deref().unwrap().contains("nodegroups"), "{text}");
+    // The provider file's other errors are reported with it, in one pass.
+    let dir = ConfigDir::new(&format!(
+        "{PROVIDER}nodeGroupsDir: missing-dir\ngpu: {{label: \"bad key!\"}}\n"
+    ));
+    let fields: Vec<String> = invalid(dir.load()).into_iter().map(|e| e.field).collect();
+    assert_eq!(fields, ["gpu.label", "nodeGroupsDir"]);
+}
+
+#[test]
+fn a_node_groups_dir_that_is_a_regular_file_names_the_setting_and_the_path() {
+    let dir = ConfigDir::new(&format!("{PROVIDER}nodeGroupsDir: groups-file\n"));
+    dir.write("groups-file", GPU_A);
+    let provider = dir.path().join("provider.yaml");
+    let errs = invalid(dir.load());
+    let (e, text) = only_error(&errs, &provider, "nodeGroupsDir");
+    assert!(e.message.contains("regular file"), "{text}");
+    assert!(text.contains("groups-file"), "{text}");
+}
+
+#[test]
+fn a_node_groups_dir_lost_after_loading_is_the_same_error_in_the_fingerprint() {
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
+    let source = Source::with_env(dir.path(), HashMap::new());
+    let loaded = source.load().unwrap_or_else(|e| panic!("{e}"));
+    let groups = &loaded.provider.node_groups_dir;
+    source.fingerprint(groups).unwrap_or_else(|e| panic!("{e}"));
+    let provider = dir.path().join("provider.yaml");
+    // Vanished, then a regular file in its place: what Refresh reads first.
+    std::fs::rename(groups, dir.path().join("elsewhere")).unwrap();
+    for (what, expected) in [("vanished", "nothing exists"), ("a file", "regular file")] {
+        let Err(Error::Invalid(errs)) = source.fingerprint(groups) else {
+            panic!("{what}: expected Error::Invalid")
+        };
+        let (e, text) = only_error(&errs, &provider, "nodeGroupsDir");
+        assert!(e.message.contains(expected), "{what}: {text}");
+        assert!(text.contains(groups.to_str().unwrap()), "{what}: {text}");
+        // `load` says the same.
+        assert_eq!(invalid(source.load()), errs, "{what}");
+        std::fs::write(groups, "not a directory\n").unwrap();
+    }
+}
+
+#[test]
+fn a_non_finite_price_names_the_file_the_field_and_the_value() {
+    for (written, shown) in [
+        (".nan", "\".nan\""),
+        (".NaN", "\".nan\""),
+        (".inf", "\".inf\""),
+        ("-.inf", "\"-.inf\""),
+        ("1e999", "\".inf\""),
+    ] {
+        let dir =
+            ConfigDir::new(PROVIDER).group("gpu-a.yaml", &format!("{GPU_A}price: {written}\n"));
+        let file = dir.path().join("nodegroups/gpu-a.yaml");
+        let errs = invalid(dir.load());
+        let (e, text) = only_error(&errs, &file, "price");
+        assert_eq!(e.value.as_deref(), Some(shown), "{written}: {text}");
+        assert!(e.message.contains("finite"), "{written}: {text}");
+    }
+    // From the environment too.
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
+    let env = HashMap::from([("GANGSCALER_NG_GPU_A__PRICE".to_owned(), "nan".to_owned())]);
+    let errs = invalid(Source::with_env(dir.path(), env).load());
+    let (e, _) = only_error(&errs, &dir.path().join("nodegroups/gpu-a.yaml"), "price");
+    assert_eq!(e.value.as_deref(), Some("\"nan\""));
+    // A finite price still loads.
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &format!("{GPU_A}price: 1.5\n"));
+    let loaded = dir.load().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.groups[0].price_per_hour, Some(1.5));
+}
+
+#[test]
+fn validate_prints_the_file_field_and_value_of_each_of_them() {
+    let missing = ConfigDir::new(&format!("{PROVIDER}nodeGroupsDir: missing-dir\n"));
+    let file = ConfigDir::new(&format!("{PROVIDER}nodeGroupsDir: groups-file\n"));
+    file.write("groups-file", GPU_A);
+    let nan = ConfigDir::new(PROVIDER).group("gpu-a.yaml", &format!("{GPU_A}price: .nan\n"));
+    for (dir, parts) in [
+        (&missing, ["provider.yaml", "nodeGroupsDir", "missing-dir"]),
+        (&file, ["provider.yaml", "nodeGroupsDir", "groups-file"]),
+        (&nan, ["nodegroups/gpu-a.yaml", "price", "\".nan\""]),
+    ] {
+        let out = gangscaler_bounded(&["validate", "--config", dir.path().to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(parts[1]))
+            .unwrap_or_else(|| panic!("no line names {}: {stderr}", parts[1]));
+        for part in parts {
+            assert!(line.contains(part), "{part}: {line}");
+        }
+        let path = dir.path().to_str().unwrap();
+        assert!(line.contains(path), "{path}: {line}");
+    }
 }

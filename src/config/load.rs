@@ -80,7 +80,16 @@ impl Source {
         let mut all: Vec<FieldError> = errs.into_list();
         let mut groups = Vec::new();
         let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
-        let files = self.group_files(&defaults.node_groups_dir)?;
+        // A node-group directory that cannot be listed is a setting error of `nodeGroupsDir`,
+        // reported with the provider file's other errors.
+        let files = match self.group_files(&defaults.node_groups_dir) {
+            Ok(files) => files,
+            Err(ListError::Dir(e)) => {
+                all.push(e);
+                Vec::new()
+            }
+            Err(ListError::Config(e)) => return Err(e),
+        };
         let stems: Vec<String> = files.iter().map(|f| env_stem(f)).collect();
         all.extend(self.unaddressed_overrides(&provider_path, &defaults.node_groups_dir, &stems));
         for (file, stem) in files.iter().zip(&stems) {
@@ -143,11 +152,16 @@ impl Source {
     /// size limit) is digested by its error, so that [`Source::load`] reports it once.
     ///
     /// # Errors
-    /// [`Error::Read`] when the node-group directory itself cannot be read.
+    /// [`Error::Invalid`] naming `nodeGroupsDir` in the provider file, with the directory,
+    /// when the node-group directory itself cannot be listed (it vanished, became a file, or
+    /// cannot be read): the same error [`Source::load`] reports.
     pub fn fingerprint(&self, node_groups_dir: &Path) -> Result<Fingerprint> {
         let mut h = DefaultHasher::new();
         let provider = Listed::File(self.dir.join(PROVIDER_FILE));
-        for entry in std::iter::once(provider).chain(self.list_groups(node_groups_dir)?) {
+        let listed = self
+            .list_groups(node_groups_dir)
+            .map_err(|e| Error::Invalid(vec![e]))?;
+        for entry in std::iter::once(provider).chain(listed) {
             match entry {
                 Listed::File(file) => {
                     file.hash(&mut h);
@@ -174,12 +188,13 @@ impl Source {
     /// The node-group files of `dir`, sorted.
     ///
     /// # Errors
-    /// [`Error::Read`] when the directory cannot be read; [`Error::Unusable`] naming every
-    /// `*.yaml`/`*.yml` entry that is not (a symlink to) a regular file.
-    fn group_files(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+    /// [`ListError::Dir`] when the directory cannot be listed; [`ListError::Config`] with
+    /// [`Error::Unusable`] naming every `*.yaml`/`*.yml` entry that is not (a symlink to) a
+    /// regular file.
+    fn group_files(&self, dir: &Path) -> std::result::Result<Vec<PathBuf>, ListError> {
         let mut files = Vec::new();
         let mut unusable = Vec::new();
-        for entry in self.list_groups(dir)? {
+        for entry in self.list_groups(dir).map_err(ListError::Dir)? {
             match entry {
                 Listed::File(path) => files.push(path),
                 Listed::Unusable(u) => unusable.push(u),
@@ -188,7 +203,7 @@ impl Source {
         if unusable.is_empty() {
             Ok(files)
         } else {
-            Err(Error::Unusable(unusable))
+            Err(ListError::Config(Error::Unusable(unusable)))
         }
     }
 
@@ -196,11 +211,12 @@ impl Source {
     /// Kubernetes ConfigMap mount links `file.yaml -> ..data/file.yaml`). Hidden entries
     /// (`..data`, `..2026_...`, `.x.yaml`) are skipped, so a ConfigMap's files are read once,
     /// and so is the provider file when the node groups share its directory.
-    fn list_groups(&self, dir: &Path) -> Result<Vec<Listed>> {
-        let read_err = |source| Error::Read {
-            path: dir.to_path_buf(),
-            source,
-        };
+    ///
+    /// # Errors
+    /// A [`FieldError`] of `nodeGroupsDir` (see [`Source::dir_error`]) when `dir` cannot be
+    /// listed.
+    fn list_groups(&self, dir: &Path) -> std::result::Result<Vec<Listed>, FieldError> {
+        let read_err = |source| self.dir_error(dir, &source);
         let provider = self.dir.join(PROVIDER_FILE);
         let mut listed = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(read_err)? {
@@ -222,6 +238,33 @@ impl Source {
         }
         listed.sort_by(|a, b| a.path().cmp(b.path()));
         Ok(listed)
+    }
+
+    /// Why the node-group directory `dir` could not be listed, as an error of the
+    /// `nodeGroupsDir` setting in the provider file whose value is the directory as resolved
+    /// (relative to the configuration directory; `nodegroups` when the setting is absent).
+    /// `validate`, start-up and a reload (through [`Source::fingerprint`]) all report this one
+    /// error, whether the directory is missing, is not a directory, or cannot be read.
+    fn dir_error(&self, dir: &Path, e: &std::io::Error) -> FieldError {
+        let message = match std::fs::metadata(dir) {
+            Ok(meta) if !meta.is_dir() => format!(
+                "must be a directory of node-group files, but it is a {}",
+                yaml::file_kind(&meta)
+            ),
+            Err(m) if m.kind() == std::io::ErrorKind::NotFound => {
+                "must be a directory of node-group files, but nothing exists at this path"
+                    .to_owned()
+            }
+            _ => format!("must be a readable directory of node-group files: {e}"),
+        };
+        FieldError {
+            file: self.dir.join(PROVIDER_FILE),
+            field: "nodeGroupsDir".to_owned(),
+            value: Some(super::walk::render(&Value::String(
+                dir.display().to_string(),
+            ))),
+            message,
+        }
     }
 
     /// The environment, as (name, value or `Err` when not Unicode).
@@ -319,6 +362,14 @@ fn env_stem(file: &Path) -> String {
         .unwrap_or_default()
         .to_uppercase()
         .replace('-', "_")
+}
+
+/// Why the node-group files could not be listed.
+enum ListError {
+    /// The directory itself: an error of the `nodeGroupsDir` setting.
+    Dir(FieldError),
+    /// Entries of it ([`Error::Unusable`]).
+    Config(Error),
 }
 
 /// One `*.yaml` entry of the node-group directory.

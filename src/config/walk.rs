@@ -66,6 +66,21 @@ impl Errors {
     }
 }
 
+/// A number written as text: Rust's spellings (`1.5`, `nan`, `inf`) and YAML 1.2's
+/// non-finite ones (`.nan`, `.inf`, `+.inf`, `-.inf`, in any case the YAML core schema allows).
+fn parse_float(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let (sign, rest) = match s.strip_prefix('-') {
+        Some(rest) => (-1.0, rest),
+        None => (1.0, s.strip_prefix('+').unwrap_or(s)),
+    };
+    match rest {
+        ".nan" | ".NaN" | ".NAN" => Some(f64::NAN),
+        ".inf" | ".Inf" | ".INF" => Some(sign * f64::INFINITY),
+        _ => s.parse().ok(),
+    }
+}
+
 /// Renders a value for a message: strings quoted, so empty and space-padded values show.
 pub fn render(v: &Value) -> String {
     match v {
@@ -239,7 +254,9 @@ impl<'a> Obj<'a> {
         }
     }
 
-    /// A finite number in `[min, max]`.
+    /// A finite number in `[min, max]`. NaN and infinity (YAML `.nan`, `.inf`, `-.inf`, which
+    /// the parser hands over as those strings, or `nan`/`inf` from an environment override)
+    /// are refused naming the field and the value.
     pub fn float(
         &mut self,
         key: &'static str,
@@ -250,11 +267,19 @@ impl<'a> Obj<'a> {
         let v = self.get(key)?;
         let n = match v {
             Value::Number(n) => n.as_f64(),
-            Value::String(s) => s.trim().parse().ok(),
+            Value::String(s) => parse_float(s),
             _ => None,
         };
         match n {
             Some(n) if n.is_finite() && n >= min && n <= max => Some(n),
+            Some(n) if !n.is_finite() => {
+                errs.push(
+                    &self.path(key),
+                    Some(v),
+                    format!("must be a finite number from {min} to {max}, not NaN or infinity"),
+                );
+                None
+            }
             _ => {
                 errs.push(
                     &self.path(key),

@@ -154,3 +154,15 @@ fn values_are_written_back_as_yaml_that_reads_the_same() {
     let text = to_string(&v).unwrap();
     assert_eq!(config_value(&text, &CONFIG).unwrap(), v);
 }
+
+#[test]
+fn non_finite_floats_are_strings_in_config_files_and_refused_in_kubernetes_objects() {
+    let v = config_value("a: .nan\nb: .inf\nc: -.inf\nd: 1e999\ne: 1.5\n", &CONFIG).unwrap();
+    // Strings, so the setting that holds one is refused by name (not lost as `null`).
+    assert_eq!(
+        v,
+        json!({"a": ".nan", "b": ".inf", "c": "-.inf", "d": ".inf", "e": 1.5})
+    );
+    let err = documents("a: .nan\n", &OBJECTS).unwrap_err();
+    assert!(err.error.message.contains(".nan"), "{err}");
+}
