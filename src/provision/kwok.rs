@@ -18,7 +18,9 @@
 //! failed may or may not have been applied. Writes fail with [`Error::Unreachable`].
 //!
 //! Each Node gets a CSINode carrying the template's CSI attach limits (a kubelet would publish
-//! one; the scheduler's volume-limit check reads it). An optional simulated CSI attacher marks
+//! one; the scheduler's volume-limit check reads it), and until that CSINode exists the Node
+//! carries [`CSI_STARTUP_TAINT`], as a CSI node plugin's startup taint keeps pods off a node
+//! whose driver has not registered. An optional simulated CSI attacher marks
 //! this backend's VolumeAttachments attached, since kwok clusters have no external-attacher.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,6 +55,11 @@ pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// Annotation without which the attach-detach controller ignores a node.
 pub const CONTROLLER_ATTACH_ANNOTATION: &str =
     "volumes.kubernetes.io/controller-managed-attach-detach";
+/// Taint a Node of a group with CSI attach limits carries until its CSINode exists (as a CSI
+/// node plugin's startup taint would). It is under cluster-autoscaler's startup-taint prefix,
+/// so CA counts the node as still starting and keeps the taint out of its templates.
+pub const CSI_STARTUP_TAINT: &str =
+    "startup-taint.cluster-autoscaler.kubernetes.io/gangscaler-csi-node";
 /// Label marking objects gangscaler manages.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 const MANAGED_BY: &str = "gangscaler";
@@ -553,9 +560,23 @@ impl KwokProvisioner {
         })
     }
 
-    /// Creates the Node (idempotent by name) and its CSINode.
+    /// Creates the Node (idempotent by name) and its CSINode. A group with CSI limits gets its
+    /// Node under [`CSI_STARTUP_TAINT`], lifted only once the CSINode exists: the scheduler
+    /// sets no attach limit on a node without a CSINode, and a Node that reports no Ready
+    /// condition yet is schedulable at once (the node lifecycle controller lifts the not-ready
+    /// taint of a node without conditions), so a Node usable before its CSINode could take
+    /// more volumes than the limit allows.
     async fn create_node(&self, group: &NodeGroupSpec, name: &str) -> Result<()> {
-        let node = self.node_object(group, name)?;
+        let mut node = self.node_object(group, name)?;
+        if !group.csi.is_empty()
+            && let Some(spec) = node.spec.as_mut()
+        {
+            spec.taints.get_or_insert_with(Vec::new).push(K8sTaint {
+                key: CSI_STARTUP_TAINT.to_owned(),
+                effect: "NoSchedule".to_owned(),
+                ..K8sTaint::default()
+            });
+        }
         let _ = self.forget(&group.id);
         let created = match self.nodes_api().create(&PostParams::default(), &node).await {
             Ok(n) => n,
@@ -583,8 +604,42 @@ impl KwokProvisioner {
         }
         if !group.csi.is_empty() {
             self.create_csi_node(group, &created).await?;
+            self.lift_csi_startup_taint(&group.id, name).await?;
         }
         info!(node_group.id = %group.id, node.name = name, backend = "kwok", "node created");
+        Ok(())
+    }
+
+    /// Removes [`CSI_STARTUP_TAINT`] from Node `name`, keeping its other taints; a concurrent
+    /// change to the Node makes this a conflict error (the resourceVersion is sent), and the
+    /// next materialisation pass tries again.
+    async fn lift_csi_startup_taint(&self, group: &NodeGroupId, name: &str) -> Result<()> {
+        let current = self
+            .nodes_api()
+            .get(name)
+            .await
+            .map_err(|e| Self::backend_error(group, "reading a new node", &e))?;
+        let taints = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_deref())
+            .unwrap_or_default();
+        if !taints.iter().any(|t| t.key == CSI_STARTUP_TAINT) {
+            return Ok(());
+        }
+        let kept: Vec<&K8sTaint> = taints
+            .iter()
+            .filter(|t| t.key != CSI_STARTUP_TAINT)
+            .collect();
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": current.metadata.resource_version},
+            "spec": {"taints": kept},
+        });
+        self.nodes_api()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Self::backend_error(group, "lifting a node's CSI startup taint", &e))?;
+        debug!(node_group.id = %group, node.name = name, taint = CSI_STARTUP_TAINT, "CSI startup taint lifted");
         Ok(())
     }
 
@@ -1289,6 +1344,134 @@ mod tests {
         // The unreachable API server is the answer: the call got there without first
         // allocating a due time per requested node.
         assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+    }
+
+    /// What the fake API server of [`a_node_with_csi_limits_is_unusable_until_its_csinode_exists`]
+    /// holds, and every moment the Node could take pods with no CSINode to limit them.
+    #[derive(Default)]
+    struct FakeApi {
+        node: Option<serde_json::Value>,
+        csinode: bool,
+        unlimited: Vec<String>,
+    }
+
+    /// RFC 7386 merge of `patch` into `into`.
+    fn merge(into: &mut serde_json::Value, patch: &serde_json::Value) {
+        match (into, patch) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    if v.is_null() {
+                        a.remove(k);
+                    } else {
+                        merge(a.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+                    }
+                }
+            }
+            (a, b) => *a = b.clone(),
+        }
+    }
+
+    /// One request to the fake API server: Nodes (create, get, patch, patch status) and
+    /// CSINodes (create). After every Node write it records whether the scheduler could now
+    /// place pods on the Node (it has allocatable resources and no startup taint) while no
+    /// CSINode carries its attach limit.
+    async fn fake_api(
+        state: std::sync::Arc<std::sync::Mutex<FakeApi>>,
+        req: http::Request<kube::client::Body>,
+    ) -> std::result::Result<
+        http::Response<http_body_util::Full<bytes::Bytes>>,
+        std::convert::Infallible,
+    > {
+        use http_body_util::BodyExt;
+        let (parts, body) = req.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let path = parts.uri.path().to_owned();
+        let method = parts.method.as_str().to_owned();
+        let mut st = state.lock().unwrap();
+        let not_found = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "NotFound", "code": 404, "message": "not found"});
+        let (code, out) = match (method.as_str(), path.as_str()) {
+            ("POST", "/api/v1/nodes") => {
+                let mut node = body;
+                node["metadata"]["uid"] = serde_json::json!("uid-1");
+                node["metadata"]["resourceVersion"] = serde_json::json!("1");
+                st.node = Some(node.clone());
+                (201, node)
+            }
+            ("POST", "/apis/storage.k8s.io/v1/csinodes") => {
+                st.csinode = true;
+                (201, body)
+            }
+            ("GET", p) if p.starts_with("/api/v1/nodes/") => match &st.node {
+                Some(n) => (200, n.clone()),
+                None => (404, not_found),
+            },
+            ("PATCH", p) if p.starts_with("/api/v1/nodes/") => match st.node.as_mut() {
+                Some(n) => {
+                    merge(n, &body);
+                    (200, n.clone())
+                }
+                None => (404, not_found),
+            },
+            _ => (404, not_found),
+        };
+        if method != "GET"
+            && let Some(node) = &st.node
+        {
+            let has_resources = node["status"]["allocatable"]
+                .as_object()
+                .is_some_and(|a| !a.is_empty());
+            let gated = node["spec"]["taints"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t["key"] == CSI_STARTUP_TAINT));
+            if has_resources && !gated && !st.csinode {
+                st.unlimited.push(format!("{method} {path}"));
+            }
+        }
+        let resp = http::Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                out.to_string(),
+            )))
+            .unwrap();
+        Ok(resp)
+    }
+
+    #[tokio::test]
+    async fn a_node_with_csi_limits_is_unusable_until_its_csinode_exists() {
+        let state = std::sync::Arc::new(std::sync::Mutex::new(FakeApi::default()));
+        let shared = state.clone();
+        let service = tower::service_fn(move |req| fake_api(shared.clone(), req));
+        let client = kube::Client::new(service, "default");
+        let p = KwokProvisioner::new(client, KubernetesSettings::default(), "gpu.product");
+        let mut g = crate::testing::group("g", 0, 4);
+        g.csi = BTreeMap::from([("ebs.csi.aws.com".to_owned(), 4)]);
+        g.backend = BackendSpec::Kwok(spec(&g));
+
+        p.create_node(&g, "g-aaaaa").await.unwrap();
+
+        let st = state.lock().unwrap();
+        assert!(st.csinode, "the CSINode was created");
+        assert!(
+            st.unlimited.is_empty(),
+            "the Node was usable with no CSINode after: {:?}",
+            st.unlimited
+        );
+        let node = st.node.as_ref().unwrap();
+        let taints = node["spec"]["taints"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            taints.iter().all(|t| t["key"] != CSI_STARTUP_TAINT),
+            "the startup taint is lifted once the CSINode exists: {taints:?}"
+        );
+        assert!(
+            node["status"]["allocatable"]["cpu"].is_string(),
+            "the Node has its capacity: {node}"
+        );
     }
 
     #[test]

@@ -45,6 +45,12 @@ pub const PROVIDER_ID_SCHEME: &str = "standin://";
 const STANDIN_LABEL: &str = "e2e.gangscaler.dev/standin";
 /// How long a StandinMachine takes to become a Node (a real GPU machine takes minutes).
 pub const BOOT_DELAY: Duration = Duration::from_secs(8);
+/// The taint a stand-in Node of a group with CSI limits is registered with and loses once its
+/// CSINode carries the limits (a CSI node plugin's startup taint; under cluster-autoscaler's
+/// startup-taint prefix, so CA counts the node as starting and leaves the taint out of its
+/// templates).
+const CSI_STARTUP_TAINT: &str =
+    "startup-taint.cluster-autoscaler.kubernetes.io/csi-node-not-registered";
 /// The Secret Machines name as their bootstrap data (no bootstrap provider runs).
 const BOOTSTRAP_SECRET: &str = "standin-bootstrap";
 
@@ -528,6 +534,14 @@ impl StandIn {
         self.attach(&names).await
     }
 
+    /// Registers the Node of machine `name` as a kubelet and a CSI node plugin would, in an
+    /// order that never lets the scheduler see the Node usable before its attach limit: with
+    /// CSI limits the Node is registered (capacity included) under [`CSI_STARTUP_TAINT`], its
+    /// CSINode is published, and only then is the taint lifted, as a node plugin that owns a
+    /// startup taint does. Without the taint the Node would be schedulable at once (no
+    /// kubelet reports a Ready condition, so the node lifecycle controller lifts the
+    /// admission's not-ready taint) and the scheduler's volume-limit filter, which finds no
+    /// CSINode, would set no limit. Idempotent: a failed step is redone on the next tick.
     async fn make_node(
         &self,
         nodes: &Api<Node>,
@@ -536,14 +550,20 @@ impl StandIn {
         spec: &Value,
     ) -> Result<(), kube::Error> {
         let n = &spec["node"];
+        let csi = spec["csi"].as_object().cloned().unwrap_or_default();
         let mut labels = n["labels"].as_object().cloned().unwrap_or_default();
         labels.insert("kubernetes.io/hostname".into(), json!(name));
         labels.insert(STANDIN_LABEL.into(), json!("true"));
+        let mut taints = n["taints"].as_array().cloned().unwrap_or_default();
+        if !csi.is_empty() {
+            taints.push(json!({"key": CSI_STARTUP_TAINT, "effect": "NoSchedule"}));
+        }
         let node: Node = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": labels,
                          "annotations": {"kwok.x-k8s.io/node": "fake",
                                          "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
-            "spec": {"providerID": provider_id, "taints": n["taints"]},
+            "spec": {"providerID": provider_id, "taints": taints},
+            "status": {"capacity": n["capacity"], "allocatable": n["allocatable"]},
         }))
         .expect("a stand-in Node");
         let created = match nodes.create(&PostParams::default(), &node).await {
@@ -551,29 +571,56 @@ impl StandIn {
             Err(kube::Error::Api(s)) if s.is_already_exists() => nodes.get(name).await?,
             Err(e) => return Err(e),
         };
-        let status =
-            json!({"status": {"capacity": n["capacity"], "allocatable": n["allocatable"]}});
-        nodes
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await?;
-        let csi = spec["csi"].as_object().cloned().unwrap_or_default();
-        if !csi.is_empty() {
-            let drivers: Vec<Value> = csi
-                .iter()
-                .map(|(driver, count)| json!({"name": driver, "nodeID": name, "allocatable": {"count": count}}))
+        let has_capacity = created
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        if !has_capacity {
+            let status =
+                json!({"status": {"capacity": n["capacity"], "allocatable": n["allocatable"]}});
+            nodes
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+                .await?;
+        }
+        if csi.is_empty() {
+            return Ok(());
+        }
+        let drivers: Vec<Value> = csi
+            .iter()
+            .map(|(driver, count)| json!({"name": driver, "nodeID": name, "allocatable": {"count": count}}))
+            .collect();
+        let csinode: CSINode = serde_json::from_value(json!({
+            "metadata": {"name": name, "ownerReferences": [{"apiVersion": "v1", "kind": "Node",
+                "name": name, "uid": created.metadata.uid}]},
+            "spec": {"drivers": drivers},
+        }))
+        .expect("a CSINode");
+        let api: Api<CSINode> = Api::all(self.client.clone());
+        match api.create(&PostParams::default(), &csinode).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+            Err(e) => return Err(e),
+        }
+        // Lift the startup taint, keeping every other taint (the node lifecycle controller's
+        // included); the resourceVersion makes a concurrent change a conflict, retried on the
+        // next tick.
+        let current = nodes.get(name).await?;
+        let taints: Vec<_> = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        if taints.iter().any(|t| t.key == CSI_STARTUP_TAINT) {
+            let kept: Vec<_> = taints
+                .into_iter()
+                .filter(|t| t.key != CSI_STARTUP_TAINT)
                 .collect();
-            let csinode: CSINode = serde_json::from_value(json!({
-                "metadata": {"name": name, "ownerReferences": [{"apiVersion": "v1", "kind": "Node",
-                    "name": name, "uid": created.metadata.uid}]},
-                "spec": {"drivers": drivers},
-            }))
-            .expect("a CSINode");
-            let api: Api<CSINode> = Api::all(self.client.clone());
-            match api.create(&PostParams::default(), &csinode).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-                Err(e) => return Err(e),
-            }
+            let patch = json!({"metadata": {"resourceVersion": current.metadata.resource_version},
+                               "spec": {"taints": kept}});
+            nodes
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
         }
         Ok(())
     }

@@ -614,24 +614,27 @@ impl Scenario {
         create_gang(&self.client, &self.api, spec).await
     }
 
-    /// Waits until at least `min` members of gang `gang` run; returns their nodes.
+    /// Waits until at least `min` members (pods) of gang `gang` run; returns their nodes, so
+    /// fewer nodes than members means members share a node.
     pub async fn wait_running(&self, gang: &str, min: u32, timeout: Duration) -> BTreeSet<String> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
         let what = format!("{min} members of gang {gang} Running");
-        eventually(&what, timeout, || {
+        let running = eventually(&what, timeout, || {
             let pods = pods.clone();
             async move {
                 let running = running_members(&pods, gang).await;
                 (running.len() >= min as usize).then_some(running)
             }
         })
-        .await
+        .await;
+        eprintln!("gang {gang}: members Running on {running:?}");
+        running.into_values().collect()
     }
 
     /// The nodes of gang `gang`'s Running members now.
     pub async fn running(&self, gang: &str) -> BTreeSet<String> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
-        running_members(&pods, gang).await
+        running_members(&pods, gang).await.into_values().collect()
     }
 
     /// The nodes of group `group` now.
@@ -722,20 +725,18 @@ fn member_of(pod: &str, gang: &str) -> bool {
         .is_some_and(|i| i.chars().all(|c| c.is_ascii_digit()))
 }
 
-async fn running_members(pods: &Api<Pod>, gang: &str) -> BTreeSet<String> {
+/// Gang `gang`'s members in phase Running now, by pod name, with their nodes.
+async fn running_members(pods: &Api<Pod>, gang: &str) -> BTreeMap<String, String> {
     let Ok(list) = pods.list(&ListParams::default()).await else {
-        return BTreeSet::new();
+        return BTreeMap::new();
     };
     list.items
-        .iter()
-        .filter(|p| {
-            p.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| member_of(n, gang))
-        })
+        .into_iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .filter_map(|p| {
+            let name = p.metadata.name.filter(|n| member_of(n, gang))?;
+            Some((name, p.spec?.node_name?))
+        })
         .collect()
 }
 
