@@ -758,16 +758,10 @@ impl Engine {
         };
         let reason = format!("the backend failed the increase: {e}");
         match recorder.provision_failed(id, now_ms(), &reason) {
-            Ok(records) => {
+            Ok(appended) => {
                 self.metrics.audit_append(true);
-                for _ in &records {
-                    self.metrics
-                        .scale_up_outcomes
-                        .get_or_create(&crate::metrics::ScaleUpOutcomeLabels {
-                            node_group: group.id.to_string(),
-                            outcome: crate::audit::Outcome::ProvisionFailed.as_str(),
-                        })
-                        .inc();
+                for a in &appended {
+                    crate::scaleup::count(&self.metrics, a);
                 }
             }
             Err(w) => {

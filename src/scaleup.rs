@@ -55,5 +55,5 @@ pub use progress::{
 };
 pub use protect::Marker;
 pub use recorder::{Appended, Recorder, Resumed};
-pub use run::{InstanceSource, InstancesError, Loop};
+pub use run::{InstanceSource, InstancesError, Loop, count};
 pub use track::{Key, Observation, Open, Timeouts, Tracker};

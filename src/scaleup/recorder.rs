@@ -172,7 +172,8 @@ impl Recorder {
 
     /// Ends every lifecycle that scale-up `scale_up_id` opened, and that is still open, with a
     /// `provisionFailed` outcome at `now_ms` saying `reason`: its decision was recorded, then
-    /// the backend refused or failed the increase. Returns the records appended.
+    /// the backend refused or failed the increase. Returns the records appended, each with the
+    /// lifecycle it ended.
     ///
     /// # Errors
     /// The first [`AuditLog::append`] error; the lifecycles not ended stay open (in the log as
@@ -182,7 +183,7 @@ impl Recorder {
         scale_up_id: &str,
         now_ms: i64,
         reason: &str,
-    ) -> audit::Result<Vec<Record>> {
+    ) -> audit::Result<Vec<Appended>> {
         let mut tracker = self.tracker();
         let ending: Vec<Open> = tracker
             .open()
@@ -210,7 +211,10 @@ impl Recorder {
             );
             self.log.append(&record)?;
             tracker.apply(&record);
-            done.push(record);
+            done.push(Appended {
+                record,
+                before: Some(open),
+            });
         }
         Ok(done)
     }

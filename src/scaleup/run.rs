@@ -389,8 +389,9 @@ fn warn_unseen(
     events
 }
 
-/// Updates the scale-up metrics for one appended record and logs it.
-fn count(m: &Metrics, a: &Appended) {
+/// Updates the scale-up metrics for one appended record and logs it: for the loop's records
+/// and for the `provisionFailed` outcomes the engine appends after a failed increase.
+pub fn count(m: &Metrics, a: &Appended) {
     match &a.record.event {
         Event::Phase(p) => {
             let labels = GroupLabels {
