@@ -421,23 +421,11 @@ async fn serve_names_a_certificate_file_without_a_pem_certificate() {
     let err = gangscaler::server::Server::bind(loaded, None)
         .await
         .expect_err("unusable certificate");
-    let chain = anyhow_chain(&err);
+    let chain = gangscaler::telemetry::chain(&err);
     assert!(chain.contains("server.tls.certFile"), "{chain}");
     assert!(chain.contains("server.crt"), "{chain}");
     assert!(chain.contains("no PEM certificate"), "{chain}");
     assert!(!chain.contains("peer sent no certificates"), "{chain}");
-}
-
-/// The error and its sources, joined with ": ".
-fn anyhow_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 #[test]
