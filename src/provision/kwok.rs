@@ -610,37 +610,62 @@ impl KwokProvisioner {
         Ok(())
     }
 
-    /// Removes [`CSI_STARTUP_TAINT`] from Node `name`, keeping its other taints; a concurrent
-    /// change to the Node makes this a conflict error (the resourceVersion is sent), and the
-    /// next materialisation pass tries again.
+    /// Removes [`CSI_STARTUP_TAINT`] from Node `name`, keeping its other taints. The patch
+    /// carries the resourceVersion read, so a concurrent change to the Node's taints (the node
+    /// lifecycle controller adds and lifts its own while a new Node settles) is a conflict:
+    /// the Node is read again and the lift retried, up to [`MAX_CONFLICT_RETRIES`] times.
     async fn lift_csi_startup_taint(&self, group: &NodeGroupId, name: &str) -> Result<()> {
-        let current = self
-            .nodes_api()
-            .get(name)
-            .await
-            .map_err(|e| Self::backend_error(group, "reading a new node", &e))?;
-        let taints = current
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_deref())
-            .unwrap_or_default();
-        if !taints.iter().any(|t| t.key == CSI_STARTUP_TAINT) {
-            return Ok(());
+        for _ in 0..MAX_CONFLICT_RETRIES {
+            let current = self
+                .nodes_api()
+                .get(name)
+                .await
+                .map_err(|e| Self::backend_error(group, "reading a new node", &e))?;
+            let taints = current
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_deref())
+                .unwrap_or_default();
+            if !taints.iter().any(|t| t.key == CSI_STARTUP_TAINT) {
+                return Ok(());
+            }
+            let kept: Vec<&K8sTaint> = taints
+                .iter()
+                .filter(|t| t.key != CSI_STARTUP_TAINT)
+                .collect();
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "spec": {"taints": kept},
+            });
+            match self
+                .nodes_api()
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    debug!(node_group.id = %group, node.name = name, taint = CSI_STARTUP_TAINT, "CSI startup taint lifted");
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.is_conflict() => {
+                    debug!(node_group.id = %group, node.name = name, "lifting the CSI startup taint conflicted; retrying");
+                    super::conflict_pause().await;
+                }
+                Err(e) => {
+                    return Err(Self::backend_error(
+                        group,
+                        "lifting a node's CSI startup taint",
+                        &e,
+                    ));
+                }
+            }
         }
-        let kept: Vec<&K8sTaint> = taints
-            .iter()
-            .filter(|t| t.key != CSI_STARTUP_TAINT)
-            .collect();
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": current.metadata.resource_version},
-            "spec": {"taints": kept},
-        });
-        self.nodes_api()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| Self::backend_error(group, "lifting a node's CSI startup taint", &e))?;
-        debug!(node_group.id = %group, node.name = name, taint = CSI_STARTUP_TAINT, "CSI startup taint lifted");
-        Ok(())
+        Err(Error::Backend {
+            group: group.clone(),
+            backend: "kwok",
+            message: format!(
+                "lifting the CSI startup taint of node {name}: still conflicting after {MAX_CONFLICT_RETRIES} attempts"
+            ),
+        })
     }
 
     async fn create_csi_node(&self, group: &NodeGroupSpec, node: &Node) -> Result<()> {
@@ -1353,6 +1378,11 @@ mod tests {
         node: Option<serde_json::Value>,
         csinode: bool,
         unlimited: Vec<String>,
+        /// How many more Node patches another writer races: just before each, it adds its
+        /// own taint and bumps the resourceVersion, as the node lifecycle controller does.
+        races: usize,
+        /// Patches answered 409 because their resourceVersion was stale.
+        conflicts: usize,
     }
 
     /// RFC 7386 merge of `patch` into `into`.
@@ -1407,13 +1437,45 @@ mod tests {
                 Some(n) => (200, n.clone()),
                 None => (404, not_found),
             },
-            ("PATCH", p) if p.starts_with("/api/v1/nodes/") => match st.node.as_mut() {
-                Some(n) => {
-                    merge(n, &body);
-                    (200, n.clone())
+            ("PATCH", p) if p.starts_with("/api/v1/nodes/") => {
+                let racing = st.races > 0 && !p.ends_with("/status");
+                if racing {
+                    st.races -= 1;
                 }
-                None => (404, not_found),
-            },
+                match st.node.as_mut() {
+                    Some(n) => {
+                        let rv: u64 = n["metadata"]["resourceVersion"]
+                            .as_str()
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or_default();
+                        if racing {
+                            let taint = serde_json::json!({"key": format!("node.kubernetes.io/other-{rv}"), "effect": "NoSchedule"});
+                            match n["spec"]["taints"].as_array_mut() {
+                                Some(t) => t.push(taint),
+                                None => n["spec"]["taints"] = serde_json::json!([taint]),
+                            }
+                        }
+                        let rv = if racing { rv + 1 } else { rv };
+                        let stale = body["metadata"]["resourceVersion"]
+                            .as_str()
+                            .is_some_and(|sent| sent != rv.to_string());
+                        if stale {
+                            n["metadata"]["resourceVersion"] = serde_json::json!(rv.to_string());
+                            let conflict = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                                "status": "Failure", "reason": "Conflict", "code": 409,
+                                "message": "the object has been modified"});
+                            st.conflicts += 1;
+                            (409, conflict)
+                        } else {
+                            merge(n, &body);
+                            n["metadata"]["resourceVersion"] =
+                                serde_json::json!((rv + 1).to_string());
+                            (200, n.clone())
+                        }
+                    }
+                    None => (404, not_found),
+                }
+            }
             _ => (404, not_found),
         };
         if method != "GET"
@@ -1471,6 +1533,42 @@ mod tests {
         assert!(
             node["status"]["allocatable"]["cpu"].is_string(),
             "the Node has its capacity: {node}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_concurrent_change_to_the_node_does_not_fail_the_taint_lift_or_lose_its_taint() {
+        let state = std::sync::Arc::new(std::sync::Mutex::new(FakeApi {
+            races: 3,
+            ..FakeApi::default()
+        }));
+        let shared = state.clone();
+        let service = tower::service_fn(move |req| fake_api(shared.clone(), req));
+        let client = kube::Client::new(service, "default");
+        let p = KwokProvisioner::new(client, KubernetesSettings::default(), "gpu.product");
+        let mut g = crate::testing::group("g", 0, 4);
+        g.csi = BTreeMap::from([("ebs.csi.aws.com".to_owned(), 4)]);
+        g.backend = BackendSpec::Kwok(spec(&g));
+
+        p.create_node(&g, "g-aaaaa").await.unwrap();
+
+        let st = state.lock().unwrap();
+        assert_eq!(st.conflicts, 3, "every raced patch was refused as stale");
+        let taints: Vec<String> = st.node.as_ref().unwrap()["spec"]["taints"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|t| t["key"].as_str().map(str::to_owned))
+            .collect();
+        assert!(
+            !taints.iter().any(|k| k == CSI_STARTUP_TAINT),
+            "the startup taint was lifted: {taints:?}"
+        );
+        assert_eq!(
+            taints.len(),
+            3,
+            "the other writer's taints were kept: {taints:?}"
         );
     }
 
