@@ -16,6 +16,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+pub use backend::TYPES as BACKEND_TYPES;
 pub use node_group::node_group;
 pub use provider::provider;
 
