@@ -22,9 +22,9 @@ type Env<'e> = &'e dyn Fn(&str) -> Option<String>;
 /// A value, and where it came from when it was not written in the file.
 type Sourced = (String, Option<&'static str>);
 
-/// The `leaderElection` section. Its settings are checked even when it is disabled; defaults that come from the
-/// environment (`POD_NAMESPACE`, `POD_NAME`, the host name) only when it is enabled. `None`
-/// unless enabled.
+/// The `leaderElection` section. Its settings are checked even when it is disabled; defaults
+/// that come from the environment (`POD_NAMESPACE`, `POD_NAME`, the host name) only when it
+/// is enabled. `None` unless enabled.
 pub(super) fn leader_election(
     mut l: Obj<'_>,
     env: Env<'_>,
