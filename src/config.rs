@@ -1,10 +1,13 @@
 //! Provider and node-group configuration: YAML files under one directory, environment
 //! overrides, and validation that reports every error at once with its file, field path and
-//! value. Depends on `model`, `planner` (the admission policy type) and `yaml` (bounded
-//! reading and parsing); TLS files are checked with rustls, as `serve` will load them.
+//! value; [`reference`](mod@reference) lists every field the validator reads
+//! (`docs/configuration.md` documents them). Depends on `model`, `planner` (the admission
+//! policy type), `yaml` (bounded reading and parsing) and `audit` (the `{identity}`
+//! placeholder of `audit.path`); TLS files are checked with rustls, as `serve` will load them.
 
 mod env;
 mod load;
+pub mod reference;
 mod tls;
 mod validate;
 mod walk;

@@ -1,13 +1,16 @@
 //! A small walker over a parsed YAML document that records every error with its field path
-//! and value and flags keys nobody asked for, so a typo never passes silently.
+//! and value and flags keys nobody asked for, so a typo never passes silently. It can also
+//! record every key path it was asked for, with the kind of value read there: that is the
+//! schema `super::reference` lists.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
 use super::FieldError;
+use super::reference::Kind;
 use crate::model::quantity::Quantity;
 
 /// Most field errors kept per file; the rest are counted in one closing entry, so a junk
@@ -21,6 +24,8 @@ pub struct Errors {
     list: Vec<FieldError>,
     /// Errors beyond [`MAX_ERRORS_PER_FILE`], counted but not kept.
     dropped: usize,
+    /// Every key path read, list indices written `[]`, when recording (see [`Self::recording`]).
+    read: Option<BTreeMap<String, Kind>>,
 }
 
 impl Errors {
@@ -29,7 +34,23 @@ impl Errors {
             file: file.to_path_buf(),
             list: Vec::new(),
             dropped: 0,
+            read: None,
         }
+    }
+
+    /// Like [`Self::new`], and also records every key path the validator reads, for
+    /// [`Self::into_read`].
+    pub fn recording(file: &Path) -> Self {
+        Self {
+            read: Some(BTreeMap::new()),
+            ..Self::new(file)
+        }
+    }
+
+    /// The key paths read (`server.tls.certFile`, `taints[].key`) and the kind of value read
+    /// at each; empty unless made with [`Self::recording`].
+    pub fn into_read(self) -> BTreeMap<String, Kind> {
+        self.read.unwrap_or_default()
     }
 
     /// The errors, with a last entry counting those beyond [`MAX_ERRORS_PER_FILE`].
@@ -89,6 +110,28 @@ pub fn render(v: &Value) -> String {
     }
 }
 
+/// `taints[0].key` -> `taints[].key`: the path of a field in the schema rather than in one
+/// document.
+fn schema_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut in_index = false;
+    for c in path.chars() {
+        match c {
+            '[' => {
+                in_index = true;
+                out.push('[');
+            }
+            ']' => {
+                in_index = false;
+                out.push(']');
+            }
+            _ if in_index => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 fn join(prefix: &str, key: &str) -> String {
     if prefix.is_empty() {
         key.to_owned()
@@ -97,11 +140,11 @@ fn join(prefix: &str, key: &str) -> String {
     }
 }
 
-/// One mapping in the document, with the keys read so far.
+/// One mapping in the document, with the keys read so far and the kind of value read at each.
 pub struct Obj<'a> {
     path: String,
     map: &'a Map<String, Value>,
-    seen: BTreeSet<&'static str>,
+    seen: BTreeMap<&'static str, Kind>,
 }
 
 impl<'a> Obj<'a> {
@@ -126,7 +169,7 @@ impl<'a> Obj<'a> {
         Obj {
             path,
             map: EMPTY.get_or_init(Map::new),
-            seen: BTreeSet::new(),
+            seen: BTreeMap::new(),
         }
     }
 
@@ -135,7 +178,7 @@ impl<'a> Obj<'a> {
             Value::Object(map) => Some(Self {
                 path,
                 map,
-                seen: BTreeSet::new(),
+                seen: BTreeMap::new(),
             }),
             Value::Null => None,
             other => {
@@ -150,8 +193,8 @@ impl<'a> Obj<'a> {
         join(&self.path, key)
     }
 
-    fn get(&mut self, key: &'static str) -> Option<&'a Value> {
-        self.seen.insert(key);
+    fn get(&mut self, key: &'static str, kind: Kind) -> Option<&'a Value> {
+        self.seen.insert(key, kind);
         match self.map.get(key) {
             None | Some(Value::Null) => None,
             Some(v) => Some(v),
@@ -176,12 +219,13 @@ impl<'a> Obj<'a> {
     /// A nested mapping.
     pub fn obj(&mut self, key: &'static str, errs: &mut Errors) -> Option<Obj<'a>> {
         let path = self.path(key);
-        self.get(key).and_then(|v| Obj::at(path, v, errs))
+        self.get(key, Kind::Section)
+            .and_then(|v| Obj::at(path, v, errs))
     }
 
     /// A string.
     pub fn string(&mut self, key: &'static str, errs: &mut Errors) -> Option<String> {
-        let v = self.get(key)?;
+        let v = self.get(key, Kind::String)?;
         match v {
             Value::String(s) => Some(s.clone()),
             // Environment overrides parse `1` or `true`; a YAML scalar is meant as text here.
@@ -217,7 +261,7 @@ impl<'a> Obj<'a> {
 
     /// A boolean (also accepts the strings `true`/`false` that environment overrides give).
     pub fn bool(&mut self, key: &'static str, errs: &mut Errors) -> Option<bool> {
-        let v = self.get(key)?;
+        let v = self.get(key, Kind::Bool)?;
         match v {
             Value::Bool(b) => Some(*b),
             Value::String(s) if s == "true" => Some(true),
@@ -231,7 +275,7 @@ impl<'a> Obj<'a> {
 
     /// An integer in `[min, max]`.
     pub fn int(&mut self, key: &'static str, min: i64, max: i64, errs: &mut Errors) -> Option<i64> {
-        let v = self.get(key)?;
+        let v = self.get(key, Kind::Int)?;
         let n = match v {
             Value::Number(n) => n.as_i64(),
             Value::String(s) => s.trim().parse().ok(),
@@ -264,7 +308,7 @@ impl<'a> Obj<'a> {
         max: f64,
         errs: &mut Errors,
     ) -> Option<f64> {
-        let v = self.get(key)?;
+        let v = self.get(key, Kind::Number)?;
         let n = match v {
             Value::Number(n) => n.as_f64(),
             Value::String(s) => parse_float(s),
@@ -293,7 +337,7 @@ impl<'a> Obj<'a> {
 
     /// A Kubernetes quantity, written as a string or a number.
     pub fn quantity(&mut self, key: &'static str, errs: &mut Errors) -> Option<Quantity> {
-        let v = self.get(key)?;
+        let v = self.get(key, Kind::Quantity)?;
         let text = match v {
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),
@@ -321,7 +365,7 @@ impl<'a> Obj<'a> {
 
     /// A duration such as `20s`, `5m` or `1h30m`.
     pub fn duration(&mut self, key: &'static str, errs: &mut Errors) -> Option<Duration> {
-        let v = self.get(key)?;
+        let v = self.get(key, Kind::Duration)?;
         let parsed = match v {
             Value::String(s) if s.trim() == "0" => Ok(Duration::ZERO),
             Value::Number(n) if n.as_u64() == Some(0) => Ok(Duration::ZERO),
@@ -343,7 +387,7 @@ impl<'a> Obj<'a> {
 
     /// A mapping of strings to raw values, in key order.
     pub fn map(&mut self, key: &'static str, errs: &mut Errors) -> Vec<(String, &'a Value)> {
-        match self.get(key) {
+        match self.get(key, Kind::Map) {
             None => Vec::new(),
             Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v)).collect(),
             Some(other) => {
@@ -355,7 +399,7 @@ impl<'a> Obj<'a> {
 
     /// A list of raw values.
     pub fn list(&mut self, key: &'static str, errs: &mut Errors) -> Vec<&'a Value> {
-        match self.get(key) {
+        match self.get(key, Kind::List) {
             None => Vec::new(),
             Some(Value::Array(a)) => a.iter().collect(),
             Some(other) => {
@@ -370,12 +414,17 @@ impl<'a> Obj<'a> {
         Obj::at(path, v, errs)
     }
 
-    /// Reports every key that was never read.
+    /// Reports every key that was never read (and, when `errs` is recording, records the
+    /// keys that were).
     pub fn finish(self, errs: &mut Errors) {
+        if let Some(read) = &mut errs.read {
+            for (k, kind) in &self.seen {
+                read.insert(schema_path(&join(&self.path, k)), *kind);
+            }
+        }
         for (k, v) in self.map {
-            if !self.seen.contains(k.as_str()) {
-                let mut known: Vec<&str> = self.seen.iter().copied().collect();
-                known.sort_unstable();
+            if !self.seen.contains_key(k.as_str()) {
+                let known: Vec<&str> = self.seen.keys().copied().collect();
                 errs.push(
                     &join(&self.path, k),
                     Some(v),
