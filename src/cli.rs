@@ -797,7 +797,7 @@ async fn run_plan(
 }
 
 fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluster::GangView) {
-    use crate::planner::Outcome;
+    use crate::planner::FitOutcome;
     if plan.gangs.is_empty() {
         println!("no pending gangs");
     }
@@ -820,7 +820,7 @@ fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluster::GangView
         );
         for o in &g.groups {
             match &o.outcome {
-                Outcome::Fits {
+                FitOutcome::Fits {
                     nodes_all,
                     nodes_min,
                     fits_headroom,
@@ -841,7 +841,7 @@ fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluster::GangView
                         nodes_min
                     );
                 }
-                Outcome::Unfittable { message, .. } => {
+                FitOutcome::Unfittable { message, .. } => {
                     println!(
                         "  {:<24} {:>8} {:>10} {:>9}  cannot host: {message}",
                         o.group.to_string(),
