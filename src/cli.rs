@@ -13,8 +13,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::clock::now_ms;
 use crate::config::{self, Source};
-use crate::engine::now_ms;
 use crate::model::TemplateNode;
 use crate::server::Server;
 use crate::telemetry::LogFormat;
@@ -757,11 +757,7 @@ async fn run_plan(
             set
         }
     };
-    #[allow(clippy::disallowed_methods)]
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    let view = crate::cluster::gangs(&set, now);
+    let view = crate::cluster::gangs(&set, crate::clock::now_unix());
     let gpu_label = &loaded.provider.gpu_label;
     let groups: Vec<_> = loaded
         .groups

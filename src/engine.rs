@@ -16,6 +16,7 @@ use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use tracing::{error, info, warn};
 
+use crate::clock;
 use crate::config::{self, Fingerprint, Loaded};
 use crate::metrics::Metrics;
 use crate::model::{
@@ -494,7 +495,7 @@ impl Engine {
             info!(node_group.id = %g.id, delta, target, "target size increased");
             return Ok(target);
         };
-        let now_ms = now_ms();
+        let now_ms = clock::now_ms();
         let now = now_ms.div_euclid(1000);
         let target = backend.target_size(g).await?;
         self.note_target(g, target, false);
@@ -757,7 +758,7 @@ impl Engine {
             return;
         };
         let reason = format!("the backend failed the increase: {e}");
-        match recorder.provision_failed(id, now_ms(), &reason) {
+        match recorder.provision_failed(id, clock::now_ms(), &reason) {
             Ok(appended) => {
                 self.metrics.audit_append(true);
                 for a in &appended {
@@ -819,15 +820,6 @@ impl InstanceSource for Engine {
 
 fn decision_verdict(d: &crate::planner::Decision) -> &'static str {
     if d.is_accepted() { "accept" } else { "reject" }
-}
-
-/// Milliseconds since the Unix epoch: the engine's and the scale-up loop's one wall-clock
-/// read (decision records, the in-flight ledger and lifecycle timeouts are wall-clock based).
-pub fn now_ms() -> i64 {
-    #[allow(clippy::disallowed_methods)]
-    let now = std::time::SystemTime::now();
-    now.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The names of the nodes in a request, for a log line: each cut short and escaped, and at

@@ -164,7 +164,7 @@ impl LifecycleParts {
             engine,
             metrics,
             self.settings.interval,
-            engine::now_ms,
+            crate::clock::now_ms,
         )
         .with_no_verdict_after(self.settings.no_verdict_after);
         if let Some(events) = self.publisher {
@@ -245,7 +245,7 @@ impl Server {
             Some(tls) => {
                 let metrics = Metrics::new().with_tls();
                 if let Some(m) = &metrics.tls {
-                    m.loaded(engine::now_ms(), tls.not_after(), false);
+                    m.loaded(crate::clock::now_ms(), tls.not_after(), false);
                 }
                 metrics
             }
@@ -511,7 +511,7 @@ impl Server {
             tokio::spawn(tls.run(
                 self.tls_poll_interval,
                 metrics,
-                engine::now_ms,
+                crate::clock::now_ms,
                 stop.clone(),
             ))
         });
@@ -667,7 +667,7 @@ async fn lead(
         ha.store.clone(),
         leader::Timing::from(&ha.election),
         ha.status.clone(),
-        engine::now_ms,
+        crate::clock::now_ms,
     );
     let mut election = tokio::spawn(elector.run(stop_election.clone()));
     let mut roles = ha.status.roles();
@@ -747,7 +747,7 @@ async fn take_over(
     metrics: &Arc<Metrics>,
     acting: &CancellationToken,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
-    let started = std::time::Instant::now();
+    let started = crate::clock::mono_std();
     let mut tasks = Vec::new();
     if let Some((audit, timeouts)) = ha.audit.clone() {
         let own = crate::audit::replica_log(&audit.path, &ha.election.identity);

@@ -310,7 +310,7 @@ impl Health {
         if failing.contains_key(kind) {
             return false;
         }
-        failing.insert(kind.to_owned(), Instant::now());
+        failing.insert(kind.to_owned(), crate::clock::mono_std());
         true
     }
 

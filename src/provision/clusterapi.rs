@@ -298,7 +298,7 @@ impl ClusterApiProvisioner {
         if last.is_some_and(|t| t.elapsed() < LOOKUP_REFRESH) {
             return;
         }
-        *last = Some(Instant::now());
+        *last = Some(crate::clock::mono_std());
         let groups = self
             .groups
             .lock()

@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{BuildHasher, Hasher};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, NodeStatus, Taint as K8sTaint};
@@ -196,17 +196,10 @@ impl std::fmt::Debug for KwokProvisioner {
     }
 }
 
+/// Milliseconds since the Unix epoch. Due times are persisted, so they must be wall-clock
+/// based to survive restarts.
 fn now_ms() -> u64 {
-    // The one wall-clock read of this backend: due times are persisted, so they must be
-    // wall-clock based to survive restarts.
-    #[allow(clippy::disallowed_methods)]
-    let now = SystemTime::now();
-    u64::try_from(
-        now.duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(u64::MAX)
+    u64::try_from(crate::clock::now_ms()).unwrap_or(0)
 }
 
 /// A short random suffix (base 36) for node names.
@@ -977,7 +970,7 @@ fn late_resources(group: &NodeGroupSpec) -> BTreeSet<String> {
 }
 
 fn jiff_now() -> k8s_openapi::jiff::Timestamp {
-    k8s_openapi::jiff::Timestamp::now()
+    crate::clock::timestamp()
 }
 
 #[async_trait]
