@@ -15,7 +15,11 @@
 //! prints p50/p99/max of 1,000 individually timed decisions and ticks. Memory is measured
 //! separately (`--bench memory`), in its own process.
 
-#![allow(clippy::expect_used, reason = "a benchmark aborts on a broken fixture")]
+#![expect(clippy::expect_used, reason = "a benchmark aborts on a broken fixture")]
+#![expect(
+    clippy::disallowed_methods,
+    reason = "a benchmark times itself with the real clock"
+)]
 
 mod common;
 

@@ -5,7 +5,11 @@
 //! Run: `cargo bench --features test-util --bench lookup`. Besides criterion's estimates it
 //! prints p50/p99/p99.9 of 200,000 individually timed calls per RPC.
 
-#![allow(clippy::expect_used, reason = "a benchmark aborts on a broken fixture")]
+#![expect(clippy::expect_used, reason = "a benchmark aborts on a broken fixture")]
+#![expect(
+    clippy::disallowed_methods,
+    reason = "a benchmark times itself with the real clock"
+)]
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -10,7 +10,11 @@
 //!
 //! Run: `cargo bench --features test-util --bench memory`.
 
-#![allow(clippy::expect_used, reason = "a benchmark aborts on a broken fixture")]
+#![expect(clippy::expect_used, reason = "a benchmark aborts on a broken fixture")]
+#![expect(
+    clippy::disallowed_methods,
+    reason = "a benchmark times itself with the real clock"
+)]
 
 mod common;
 

@@ -5,7 +5,11 @@
 //! Run: `cargo bench --features test-util --bench planner`. Besides criterion's estimates it
 //! prints p50/p99/max of 1,000 individually timed admission decisions.
 
-#![allow(clippy::expect_used, reason = "a benchmark aborts on a broken fixture")]
+#![expect(clippy::expect_used, reason = "a benchmark aborts on a broken fixture")]
+#![expect(
+    clippy::disallowed_methods,
+    reason = "a benchmark times itself with the real clock"
+)]
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

@@ -17,7 +17,7 @@ use serde::Serialize;
 pub use checks::report;
 pub use flags::{Flag, Version};
 pub use observed::{
-    Component, CsiDriverSeen, CsiNodeSeen, Found, GroupSeen, NodeSeen, Observed, PodLink,
+    Component, CsiDriverSeen, CsiNodeSeen, Found, GroupSeen, LinkProbe, NodeSeen, Observed,
     ProviderSeen, Read, SchedulerConfig, ServedVersion,
 };
 

@@ -2,11 +2,15 @@
 //! `Refresh` when its files change), routes each node group to its provisioning backend and
 //! turns backend answers into the contract CA relies on. Depends on `config`, `provision`,
 //! `planner` and `cluster` (gang admission), `scaleup` (the recorder of decisions; the engine
-//! is the scale-up loop's [`InstanceSource`]), `events`, `metrics` and `model`; knows nothing
-//! of gRPC.
+//! is the scale-up loop's [`InstanceSource`]), `audit` (record phases), `events`, `leader`,
+//! `metrics`, `clock` and `model`; knows nothing of gRPC. `reload` re-reads the
+//! configuration, `decisions` records what the engine decided, `failed` keeps the failed
+//! instances CA deleted before the scale-up loop saw them.
 
 pub mod admission;
+mod decisions;
 mod failed;
+mod reload;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,8 +18,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
+use crate::clock;
 use crate::config::{self, Fingerprint, Loaded};
 use crate::metrics::Metrics;
 use crate::model::{
@@ -23,6 +28,7 @@ use crate::model::{
 };
 use crate::provision::{self, NodeRef, Provisioner};
 use crate::scaleup::{InstanceSource, InstancesError, Recorder};
+use decisions::decision_verdict;
 
 /// Engine errors; `grpc::status` maps each to one gRPC code.
 #[derive(Debug, thiserror::Error)]
@@ -289,154 +295,6 @@ impl Engine {
         })
     }
 
-    async fn sync(&self, groups: &[NodeGroupSpec]) -> Result<()> {
-        for p in self.provisioners.values() {
-            let mine: Vec<NodeGroupSpec> = groups
-                .iter()
-                .filter(|g| g.backend.kind() == p.kind())
-                .cloned()
-                .collect();
-            p.sync_groups(&mine).await?;
-        }
-        for g in groups {
-            self.backend(g)?;
-        }
-        Ok(())
-    }
-
-    /// Re-reads the node-group files if they changed. Never fails: an invalid edit keeps the
-    /// last good configuration, is logged once and counted, because an error here would abort
-    /// CA's whole loop.
-    pub async fn refresh(&self) {
-        let Some(source) = &self.source else {
-            return;
-        };
-        let mut last = self.last_fingerprint.lock().await;
-        let current = self.config.load_full();
-        let fingerprint = match source.fingerprint(&current.provider.node_groups_dir) {
-            Ok(f) => f,
-            Err(e) => {
-                if last.is_some() {
-                    error!(error = %e, "reading configuration failed; keeping the last good configuration");
-                    self.metrics.config_reload(false);
-                    *last = None;
-                }
-                return;
-            }
-        };
-        if *last == Some(fingerprint) {
-            return;
-        }
-        *last = Some(fingerprint);
-        match self.try_reload(source, &current).await {
-            Ok(new) => {
-                info!(node_groups = new.groups.len(), "configuration reloaded");
-                let new = Arc::new(new);
-                self.config.store(Arc::clone(&new));
-                self.metrics.config_reload(true);
-                self.check_max_sizes(&current, &new).await;
-            }
-            Err(message) => {
-                error!(error = %message, "configuration edit rejected; keeping the last good configuration");
-                self.metrics.config_reload(false);
-            }
-        }
-    }
-
-    async fn try_reload(
-        &self,
-        source: &config::Source,
-        current: &Loaded,
-    ) -> Result<Loaded, String> {
-        let new = source.load().map_err(|e| e.to_string())?;
-        if new.provider != current.provider {
-            warn!(
-                "provider.yaml changed: server, TLS and GPU settings take effect only after a restart"
-            );
-        }
-        for old in &current.groups {
-            if new.groups.iter().any(|g| g.id == old.id) {
-                continue;
-            }
-            let target = match self.backend(old) {
-                Ok(b) => b.target_size(old).await.map_err(|e| e.to_string())?,
-                Err(e) => return Err(e.to_string()),
-            };
-            if target > 0 {
-                return Err(format!(
-                    "node group {} was removed from the configuration but still has target size {target}; scale it to zero before removing it",
-                    old.id
-                ));
-            }
-        }
-        // Groups keep the provider settings they started with.
-        let new = Loaded {
-            provider: current.provider.clone(),
-            groups: new.groups,
-        };
-        self.sync(&new.groups).await.map_err(|e| e.to_string())?;
-        Ok(new)
-    }
-
-    /// After a reload: keeps the per-group gauges in step with the groups, and compares the
-    /// target of every group whose `maxSize` changed (or that is new) with its new maximum.
-    /// A target above it is kept, never shrunk: Cluster Autoscaler itself only skips such a
-    /// group for scale-up and removes its nodes one by one as they become unneeded (see
-    /// README, "maxSize lowered below the target"). A target that cannot be read now is
-    /// compared on the next call that reads it.
-    async fn check_max_sizes(&self, old: &Loaded, new: &Loaded) {
-        let removed: Vec<&str> = old
-            .groups
-            .iter()
-            .filter(|o| !new.groups.iter().any(|g| g.id == o.id))
-            .map(|o| o.id.as_str())
-            .collect();
-        self.metrics
-            .node_groups(new.groups.iter().map(|g| g.id.as_str()), removed);
-        for g in &new.groups {
-            let before = old.groups.iter().find(|o| o.id == g.id);
-            if before.is_some_and(|o| o.max_size == g.max_size) {
-                continue;
-            }
-            let Ok(backend) = self.backend(g) else {
-                continue;
-            };
-            match backend.target_size(g).await {
-                Ok(target) => {
-                    let lowered = before.is_some_and(|o| o.max_size > g.max_size);
-                    self.note_target(g, target, lowered);
-                }
-                Err(e) => {
-                    warn!(node_group.id = %g.id, max_size = g.max_size, error = %e, "reading the target size to compare it with the new maxSize failed; it is compared on the next call that reads it");
-                }
-            }
-        }
-    }
-
-    /// Compares `target` with the group's `maxSize`: keeps
-    /// `gangscaler_node_group_target_above_max` in step, and logs a warning naming the group,
-    /// its maxSize and its target when the target is above the maximum (when it first is, and
-    /// after every reload that `lowered` maxSize), and an info line when it is back within.
-    fn note_target(&self, g: &NodeGroupSpec, target: u32, lowered: bool) {
-        let above = target > g.max_size;
-        let was = self.metrics.target_above_max(g.id.as_str(), above);
-        if above && (lowered || !was) {
-            warn!(
-                node_group.id = %g.id,
-                max_size = g.max_size,
-                target_size = target,
-                "node group target size is above its maxSize: the nodes are kept (none is removed for a configuration edit), NodeGroupIncreaseSize is refused until the target is within maxSize, and Cluster Autoscaler removes nodes only as they become unneeded"
-            );
-        } else if !above && was {
-            info!(
-                node_group.id = %g.id,
-                max_size = g.max_size,
-                target_size = target,
-                "node group target size is within its maxSize again"
-            );
-        }
-    }
-
     /// The group managing `node`, matched by providerID then by name; `None` if unmanaged.
     ///
     /// # Errors
@@ -494,7 +352,7 @@ impl Engine {
             info!(node_group.id = %g.id, delta, target, "target size increased");
             return Ok(target);
         };
-        let now_ms = now_ms();
+        let now_ms = clock::now_ms();
         let now = now_ms.div_euclid(1000);
         let target = backend.target_size(g).await?;
         self.note_target(g, target, false);
@@ -713,91 +571,6 @@ impl Engine {
     pub fn gpu_types(&self) -> Vec<String> {
         self.config.load().gpu_types()
     }
-
-    /// Publishes a decision's Kubernetes Events.
-    fn publish_decision(&self, decision: &crate::planner::Decision) {
-        if let Some(events) = &self.events {
-            events.decision(decision);
-        }
-    }
-
-    /// Appends a decision to the audit log (when there is one) and returns the scale-up id it
-    /// opened. A failed write is logged and counted, and returned as its error chain: the
-    /// caller must not act on the decision.
-    fn record_decision(
-        &self,
-        decision: &crate::planner::Decision,
-        now_ms: i64,
-    ) -> Result<Option<String>, String> {
-        let Some(recorder) = self.audit.get() else {
-            return Ok(None);
-        };
-        match recorder.decision(decision, now_ms, None) {
-            Ok(id) => {
-                self.metrics.audit_append(true);
-                if let Some(id) = &id {
-                    info!(node_group.id = %decision.group, scale_up.id = %id, "scale-up recorded");
-                }
-                Ok(id)
-            }
-            Err(e) => {
-                let why = e.chain();
-                error!(node_group.id = %decision.group, error = %why, "writing the audit log failed");
-                self.metrics.audit_append(false);
-                Err(why)
-            }
-        }
-    }
-
-    /// Ends the lifecycles of recorded scale-up `id` with `provisionFailed`: the backend
-    /// failed the increase its decision record announced. If even that record cannot be
-    /// written, the lifecycles stay open and end by their registration timeout.
-    fn provision_failed(&self, group: &NodeGroupSpec, id: &str, e: &provision::Error) {
-        let Some(recorder) = self.audit.get() else {
-            return;
-        };
-        let reason = format!("the backend failed the increase: {e}");
-        match recorder.provision_failed(id, now_ms(), &reason) {
-            Ok(appended) => {
-                self.metrics.audit_append(true);
-                for a in &appended {
-                    crate::scaleup::count(&self.metrics, a);
-                }
-            }
-            Err(w) => {
-                error!(node_group.id = %group.id, scale_up.id = %id, error = %w.chain(), "recording the failed increase failed; its lifecycle ends by its registration timeout");
-                self.metrics.audit_append(false);
-            }
-        }
-    }
-
-    /// Compares the target an increase reports (the new one, or the one an
-    /// [`provision::Error::AboveMax`] refusal names) with the group's `maxSize`.
-    fn note_increase(&self, g: &NodeGroupSpec, result: &provision::Result<u32>) {
-        match result {
-            Ok(target)
-            | Err(provision::Error::AboveMax {
-                current: target, ..
-            }) => {
-                self.note_target(g, *target, false);
-            }
-            Err(_) => {}
-        }
-    }
-
-    fn observe<T>(
-        &self,
-        group: &NodeGroupSpec,
-        operation: &'static str,
-        result: &provision::Result<T>,
-    ) {
-        let outcome = match result {
-            Ok(_) => "ok",
-            Err(e) => e.kind(),
-        };
-        self.metrics
-            .provision_call(group.backend.kind(), operation, outcome);
-    }
 }
 
 /// The scale-up loop lists a group's instances through the engine, which knows the group's
@@ -815,19 +588,6 @@ impl InstanceSource for Engine {
         instances.extend(deleted);
         Ok(instances)
     }
-}
-
-fn decision_verdict(d: &crate::planner::Decision) -> &'static str {
-    if d.is_accepted() { "accept" } else { "reject" }
-}
-
-/// Milliseconds since the Unix epoch: the engine's and the scale-up loop's one wall-clock
-/// read (decision records, the in-flight ledger and lifecycle timeouts are wall-clock based).
-pub fn now_ms() -> i64 {
-    #[allow(clippy::disallowed_methods)]
-    let now = std::time::SystemTime::now();
-    now.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The names of the nodes in a request, for a log line: each cut short and escaped, and at

@@ -125,7 +125,7 @@ impl EventPublisher {
                 namespace: Some(gang.namespace.clone()),
                 ..ObjectMeta::default()
             },
-            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+            event_time: Some(MicroTime(crate::clock::timestamp())),
             reporting_controller: Some(REPORTING_CONTROLLER.to_owned()),
             reporting_instance: Some(self.instance.clone()),
             action: Some("ScaleUp".to_owned()),

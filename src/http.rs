@@ -94,7 +94,7 @@ impl Endpoints {
                     backoff =
                         (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
                     if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
-                        last_warning = Some(Instant::now());
+                        last_warning = Some(crate::clock::mono());
                         warn!(error = %e, backoff_ms = backoff.as_millis(), "accepting http connection failed; backing off");
                     }
                     tokio::select! {

@@ -262,7 +262,7 @@ impl Status {
         let lease = self.inner.lease.clone();
         let valid = state
             .valid_until
-            .is_some_and(|until| Instant::now() < until);
+            .is_some_and(|until| crate::clock::mono() < until);
         match self.role() {
             Role::Leading if valid && state.acting => Ok(()),
             Role::Leading if valid => Err(NotLeader::TakingOver { identity, lease }),
@@ -407,7 +407,7 @@ impl Elector {
         let lease = self.store.describe();
         info!(lease = %lease, identity = %self.timing.identity, "waiting to acquire the lease");
         let mut last_ok = loop {
-            let started = Instant::now();
+            let started = crate::clock::mono();
             let attempt =
                 tokio::time::timeout(self.timing.renew_deadline, self.try_acquire_or_renew());
             tokio::select! {
@@ -429,7 +429,7 @@ impl Elector {
                 }
                 () = tokio::time::sleep(self.timing.retry_period) => {}
             }
-            let started = Instant::now();
+            let started = crate::clock::mono();
             let deadline = last_ok + self.timing.renew_deadline;
             let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew());
             let renewed = tokio::select! {
@@ -448,7 +448,7 @@ impl Elector {
                     let holder = self.held_by_other().unwrap_or_default();
                     return Err(self.lose(format!("the lease is held by {holder}")));
                 }
-                Ok(false) if Instant::now() < deadline => {}
+                Ok(false) if crate::clock::mono() < deadline => {}
                 _ => {
                     let since = self.timing.renew_deadline;
                     return Err(self.lose(format!(
@@ -511,7 +511,7 @@ impl Elector {
         };
         // When this replica saw the Lease as it is now: after the read returned, which is no
         // earlier than the holder's last write.
-        let seen = Instant::now();
+        let seen = crate::clock::mono();
         let Some(current) = current else {
             self.status.observe(None);
             let record = LeaseRecord {
@@ -576,7 +576,7 @@ impl Elector {
     fn wrote(&mut self, stored: LeaseRecord) -> bool {
         self.failures = 0;
         self.status.observe(stored.holder());
-        self.observed = Some((stored, Instant::now()));
+        self.observed = Some((stored, crate::clock::mono()));
         true
     }
 

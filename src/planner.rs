@@ -28,7 +28,7 @@ pub use admit::{
 pub use capacity::{Capacity, GangShape, GroupCapacity, ShapeCapacity, Threshold, capacity};
 pub use explain::Reason;
 pub use fit::{GangFit, check_pod, fit, nodes_for_pods};
-pub use plan::{GangPlan, GroupOption, Outcome, Plan, plan};
+pub use plan::{FitOutcome, GangPlan, GroupOption, Plan, plan};
 pub use shape::{Allocatable, NodeShape};
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 //! it aborts those loops at once and [`Server::run`] returns [`Error::LeadershipLost`], so
 //! the process exits non-zero and its kubelet restarts it as a standby.
 
+mod bind;
 mod conn;
 mod tls;
 
@@ -31,19 +32,13 @@ use tower::util::MapResponseLayer;
 use tracing::{error, info, warn};
 
 use crate::cluster::ClusterView;
-use crate::config::{
-    self, AuditSettings, ConnectionSettings, LeaderElectionSettings, Loaded, Transport,
-};
+use crate::config::{self, AuditSettings, ConnectionSettings, LeaderElectionSettings, Loaded};
 use crate::engine::{self, Engine};
 use crate::grpc::{Service, status};
 use crate::http::Endpoints;
-use crate::leader::{self, Elector, KubeLeases, LeaseStore, Role};
+use crate::leader::{self, Elector, LeaseStore, Role};
 use crate::metrics::Metrics;
-use crate::model::BackendSpec;
-use crate::provision::Provisioner;
-use crate::provision::clusterapi::ClusterApiProvisioner;
 use crate::provision::kwok::KwokProvisioner;
-use crate::provision::memory::MemoryProvisioner;
 use crate::readiness::{Condition, Readiness};
 
 pub use conn::{Conn, incoming};
@@ -164,7 +159,7 @@ impl LifecycleParts {
             engine,
             metrics,
             self.settings.interval,
-            engine::now_ms,
+            crate::clock::now_ms,
         )
         .with_no_verdict_after(self.settings.no_verdict_after);
         if let Some(events) = self.publisher {
@@ -208,254 +203,6 @@ impl Server {
     /// [`Error::Bind`], [`Error::TlsFiles`], [`Error::Tls`] or [`Error::Engine`].
     pub async fn bind(loaded: Loaded, source: Option<config::Source>) -> Result<Self, Error> {
         Self::bind_with(loaded, source, None).await
-    }
-
-    /// [`Server::bind`], with leader election (when enabled) on `leases` instead of the
-    /// Lease the settings name through the API server (tests run several servers over one
-    /// [`leader::MemoryLeases`]).
-    ///
-    /// # Errors
-    /// As [`Server::bind`].
-    pub async fn bind_with(
-        loaded: Loaded,
-        source: Option<config::Source>,
-        leases: Option<Arc<dyn LeaseStore>>,
-    ) -> Result<Self, Error> {
-        let election = loaded.provider.leader_election.clone();
-        let settings = loaded.provider.server.clone();
-        let tls = match &settings.transport {
-            Transport::Tls(files) => {
-                // Unusable material is refused here, by name, rather than with a handshake
-                // error ("peer sent no certificates") on the first connection.
-                Some(Arc::new(Tls::load(files)?))
-            }
-            Transport::Plaintext { non_loopback } => {
-                if *non_loopback {
-                    warn!(
-                        address = %settings.address,
-                        "PLAINTEXT gRPC ON A NON-LOOPBACK ADDRESS: anyone on the network can resize node groups; configure server.tls"
-                    );
-                } else {
-                    warn!(address = %settings.address, "serving plaintext gRPC on loopback (explicitly configured)");
-                }
-                None
-            }
-        };
-        let metrics = match &tls {
-            Some(tls) => {
-                let metrics = Metrics::new().with_tls();
-                if let Some(m) = &metrics.tls {
-                    m.loaded(engine::now_ms(), tls.not_after(), false);
-                }
-                metrics
-            }
-            None => Metrics::new(),
-        };
-        let metrics = Arc::new(metrics);
-        let readiness = Arc::new(Readiness::new());
-        let mut provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
-        let k8s = &loaded.provider.kubernetes;
-        let needs_kwok = loaded
-            .groups
-            .iter()
-            .any(|g| matches!(g.backend, BackendSpec::Kwok(_)));
-        let needs_lease_client = election.is_some() && leases.is_none();
-        let client = if needs_kwok || k8s.watch || needs_lease_client {
-            Some(
-                KwokProvisioner::client(k8s)
-                    .await
-                    .map_err(Error::Kubernetes)?,
-            )
-        } else {
-            None
-        };
-        let kwok = match (&client, needs_kwok) {
-            (Some(client), true) => {
-                let kwok = Arc::new(KwokProvisioner::new(
-                    client.clone(),
-                    k8s.clone(),
-                    loaded.provider.gpu_label.clone(),
-                ));
-                // A standby writes nothing, from the first read on (see `Ha`).
-                kwok.set_read_only(election.is_some());
-                provisioners.push(kwok.clone());
-                Some(kwok)
-            }
-            _ => None,
-        };
-        if loaded
-            .groups
-            .iter()
-            .any(|g| matches!(g.backend, BackendSpec::ClusterApi(_)))
-        {
-            let management = k8s
-                .management_kubeconfig
-                .as_deref()
-                .or(k8s.kubeconfig.as_deref());
-            let client = crate::provision::kube_client(management)
-                .await
-                .map_err(Error::ClusterApi)?;
-            provisioners.push(Arc::new(ClusterApiProvisioner::new(client)));
-        }
-        let ha_store: Option<Arc<dyn LeaseStore>> = match (&election, leases, &client) {
-            (None, _, _) => None,
-            (Some(_), Some(store), _) => Some(store),
-            (Some(e), None, Some(client)) => Some(Arc::new(KubeLeases::new(
-                client.clone(),
-                &e.namespace,
-                &e.lease_name,
-            ))),
-            (Some(_), None, None) => None,
-        };
-        let watch_shutdown = CancellationToken::new();
-        readiness.set(Condition::Synced, !k8s.watch);
-        let view = match (&client, k8s.watch) {
-            (Some(client), true) => {
-                let view = ClusterView::start(client.clone(), &watch_shutdown)
-                    .await
-                    .map_err(Error::Watch)?;
-                let view = Arc::new(view);
-                let syncing = view.clone();
-                let flag = readiness.clone();
-                tokio::spawn(async move {
-                    syncing.wait_ready().await;
-                    flag.set(Condition::Synced, true);
-                });
-                Some(view)
-            }
-            _ => {
-                info!(
-                    "gang admission inactive: kubernetes.watch is false, CA's deltas are applied as asked"
-                );
-                None
-            }
-        };
-        let policy = loaded.provider.admission_policy;
-        let audit_settings = loaded.provider.audit.clone();
-        let lifecycle_settings = loaded.provider.lifecycle;
-        let mut engine = Engine::new(loaded, source, provisioners, metrics.clone())
-            .await
-            .map_err(Error::Engine)?;
-        let timeouts = {
-            let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-            crate::scaleup::Timeouts {
-                registration_ms: ms(lifecycle_settings.registration_timeout),
-                formation_ms: ms(lifecycle_settings.formation_timeout),
-                attach_ms: ms(lifecycle_settings.attach_timeout),
-            }
-        };
-        let mut recorder_handle = None;
-        // Under leader election the log is opened on taking the Lease, from every replica's
-        // files; a standby reads and writes none.
-        if let (Some(audit), None) = (&audit_settings, &election) {
-            let (recorder, resumed) =
-                crate::scaleup::Recorder::open(&audit.path, audit_config(audit), timeouts)
-                    .map_err(Error::Audit)?;
-            log_resumed(&audit.path, &resumed);
-            let recorder = Arc::new(recorder);
-            engine = engine.with_audit(recorder.clone());
-            recorder_handle = Some(recorder);
-        }
-        let mut publisher = None;
-        if let Some(view) = &view {
-            info!(policy = policy.as_str(), gang.api = ?view.gang_api(), "gang admission active");
-            engine = engine.with_admission(policy, view.clone());
-            if let Some(client) = &client {
-                let instance = match &election {
-                    Some(e) => e.identity.clone(),
-                    None => std::env::var("HOSTNAME").unwrap_or_else(|_| "gangscaler".to_owned()),
-                };
-                let events = crate::events::EventPublisher::new(client.clone(), instance);
-                engine = engine.with_events(events.clone());
-                publisher = Some(events);
-            }
-        }
-        let status = match (&election, &ha_store) {
-            (Some(e), Some(store)) => {
-                let status = leader::Status::new(&e.identity, store.describe(), metrics.clone());
-                engine = engine.with_leadership(status.clone());
-                let probe = status.clone();
-                readiness.probe(Condition::Leader, Arc::new(move || probe.not_ready()));
-                Some(status)
-            }
-            _ => None,
-        };
-        let engine = Arc::new(engine);
-        let audit_state = engine.clone();
-        readiness.probe(
-            Condition::AuditWritable,
-            Arc::new(move || audit_state.audit_unwritable()),
-        );
-        let parts = match (&audit_settings, &view) {
-            (Some(_), Some(view)) => Some(LifecycleParts {
-                view: view.clone(),
-                settings: lifecycle_settings,
-                // Under `off` gangscaler does not second-guess CA, scale-down included.
-                protect: lifecycle_settings.scale_down_protection
-                    && policy != crate::planner::Policy::Off,
-                publisher,
-                client: client.clone(),
-            }),
-            _ => None,
-        };
-        let (lifecycle, ha) = match (election, ha_store, status) {
-            (Some(election), Some(store), Some(status)) => {
-                info!(
-                    lease = %store.describe(),
-                    identity = %election.identity,
-                    lease_duration_ms = election.lease_duration.as_millis(),
-                    renew_deadline_ms = election.renew_deadline.as_millis(),
-                    retry_period_ms = election.retry_period.as_millis(),
-                    "leader election active: standing by until this replica holds the lease"
-                );
-                let ha = Ha {
-                    election,
-                    store,
-                    status,
-                    audit: audit_settings.map(|a| (a, timeouts)),
-                    lifecycle: parts,
-                };
-                (None, Some(ha))
-            }
-            _ => {
-                let lifecycle = match (recorder_handle, parts) {
-                    (Some(recorder), Some(parts)) => {
-                        Some(parts.build(recorder, engine.clone(), metrics.clone()))
-                    }
-                    _ => None,
-                };
-                (lifecycle, None)
-            }
-        };
-        let grpc = TcpListener::bind(settings.address)
-            .await
-            .map_err(|source| Error::Bind {
-                what: "gRPC",
-                addr: settings.address,
-                source,
-            })?;
-        let http = TcpListener::bind(settings.metrics_address)
-            .await
-            .map_err(|source| Error::Bind {
-                what: "metrics",
-                addr: settings.metrics_address,
-                source,
-            })?;
-        Ok(Self {
-            engine,
-            metrics,
-            grpc,
-            http,
-            tls,
-            connections: settings.connections,
-            shutdown_grace_period: settings.shutdown_grace_period,
-            tls_poll_interval: settings.tls_poll_interval,
-            readiness,
-            kwok,
-            watch_shutdown,
-            lifecycle,
-            ha,
-        })
     }
 
     /// The bound gRPC address.
@@ -511,7 +258,7 @@ impl Server {
             tokio::spawn(tls.run(
                 self.tls_poll_interval,
                 metrics,
-                engine::now_ms,
+                crate::clock::now_ms,
                 stop.clone(),
             ))
         });
@@ -667,7 +414,7 @@ async fn lead(
         ha.store.clone(),
         leader::Timing::from(&ha.election),
         ha.status.clone(),
-        engine::now_ms,
+        crate::clock::now_ms,
     );
     let mut election = tokio::spawn(elector.run(stop_election.clone()));
     let mut roles = ha.status.roles();
@@ -747,7 +494,7 @@ async fn take_over(
     metrics: &Arc<Metrics>,
     acting: &CancellationToken,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
-    let started = std::time::Instant::now();
+    let started = crate::clock::mono_std();
     let mut tasks = Vec::new();
     if let Some((audit, timeouts)) = ha.audit.clone() {
         let own = crate::audit::replica_log(&audit.path, &ha.election.identity);

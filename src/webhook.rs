@@ -45,7 +45,7 @@ use crate::config::ConnectionSettings;
 use crate::migrate::api::GangApi;
 pub use crate::migrate::api::{ANNOTATION_REPLICA_KEY, ANNOTATION_TEMPLATE, ANNOTATION_WORKLOAD};
 use crate::server::{Tls, incoming};
-use review::{Decision, Outcome};
+use review::{Decision, ReviewOutcome};
 
 /// How often the served gang API version is read again.
 pub const SERVED_REFRESH: Duration = Duration::from_secs(30);
@@ -125,10 +125,10 @@ impl Webhook {
             .unwrap_or_default()
             .to_owned();
         let outcome = match review::decide(&request, served) {
-            Decision::Unchanged(_) => Outcome::Allow,
+            Decision::Unchanged(_) => ReviewOutcome::Allow,
             Decision::Deny(message) => {
                 warn!(namespace, pod, %message, "pod refused");
-                Outcome::Deny { code: 400, message }
+                ReviewOutcome::Deny { code: 400, message }
             }
             Decision::Link {
                 link,
@@ -159,11 +159,11 @@ impl Webhook {
                 match ensured {
                     Ok(()) => {
                         info!(namespace, pod, workload = %link.workload, template = %link.template, field, "pod linked");
-                        Outcome::Patch { field, value }
+                        ReviewOutcome::Patch { field, value }
                     }
                     Err(e) => {
                         warn!(namespace, pod, error = %e, "pod refused");
-                        Outcome::Deny {
+                        ReviewOutcome::Deny {
                             code: e.code(),
                             message: e.to_string(),
                         }

@@ -3,7 +3,7 @@
 //! issue's scenarios at the engine level; the CA-driven e2e versions need the real
 //! cluster-autoscaler, which cannot be built here.
 
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "tests abort loudly"

@@ -2,7 +2,7 @@
 //! record once, `kill -9` loses nothing acknowledged, a restart resumes open scale-ups without
 //! duplicates or gaps, and `audit report` computes the documented numbers.
 
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "tests abort loudly"
@@ -961,7 +961,6 @@ fn attach_failure_rate_counts_each_formed_or_attach_failed_outcome_once() {
         s.with_attach_failures, s.outcomes["attachFailed"],
         "two figures"
     );
-    #[allow(clippy::cast_precision_loss, reason = "tiny counts")]
     let rate = numerator as f64 / base.len() as f64;
     assert_eq!(s.attach_failure_rate, Some(rate));
     assert_eq!(s.terminal, cases.len() as u64);

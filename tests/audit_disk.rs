@@ -13,7 +13,7 @@
 //! Each run prints its figures (calls answered OK and refused, records written, nodes added,
 //! nodes added without a record) on stderr; `--nocapture` shows them.
 
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "tests abort loudly"

@@ -4,11 +4,7 @@
 //! (extreme numbers included) never panic the report and keep its totals consistent; and the
 //! report does not depend on the order of the records or of the files they are read from.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "tests abort loudly"
-)]
+#![expect(clippy::unwrap_used, reason = "tests abort loudly")]
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! Every configuration directory is written into a temporary directory from the strings in the
 //! test, and loaded through `Source::with_env`, so nothing here reads the process environment.
 //! Field errors render string values quoted (`"lots"`) and other values as JSON (`4`, `1.5`).
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "test helpers outside #[test] fns: a panic is the test failure"

@@ -6,7 +6,10 @@
 //!
 //! Case counts are fixed (`CASES`), so the suite runs in seconds in CI.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] fns: a panic is the test failure"
+)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! must name their setting (`nodeGroupsDir`, a NaN `price`). Every
 //! configuration directory is written into a temporary directory and loaded through
 //! `Source::with_env`, so nothing here reads the process environment.
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "test helpers outside #[test] fns: a panic is the test failure"

@@ -5,7 +5,11 @@
 //! reported naming `nodeGroupsDir`; and an edit that lowers `maxSize` below a group's target is
 //! taken without shrinking the group, and made visible.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
+#![expect(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] fns: a panic is the test failure"
+)]
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! `gangscaler convert` as a user runs it: files and standard input, the report on standard
 //! error, `--strict`, and refusals that name the file, document and value.
 
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "tests abort loudly"

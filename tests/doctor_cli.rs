@@ -2,7 +2,7 @@
 //! file and value named, before any cluster is contacted; an unreachable API server still
 //! gives a full report, with exit code 1.
 
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "tests abort loudly"

@@ -5,7 +5,10 @@
 
 // clippy.toml's allow-expect-in-tests covers #[test] functions only, not the fixture helpers
 // beside them; a failed expectation is a test failure either way.
-#![allow(clippy::expect_used, clippy::unwrap_used)]
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] fns: a panic is the test failure"
+)]
 
 mod common;
 

@@ -3,10 +3,10 @@
 //! ready; it takes over once the holder stops renewing; a leader that cannot renew stops
 //! acting and its server ends with `LeadershipLost`.
 
-#![allow(
-    clippy::expect_used,
-    clippy::unwrap_used,
-    reason = "tests abort loudly"
+#![expect(clippy::unwrap_used, reason = "tests abort loudly")]
+#![expect(
+    clippy::disallowed_methods,
+    reason = "HA tests time real leases and servers with the real clocks"
 )]
 
 mod common;

@@ -2,7 +2,10 @@
 //! fail, and why), graceful shutdown (readiness false first, RPCs in flight finish, the grace
 //! period bounds the wait), and the build and process metrics.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] fns: a panic is the test failure"
+)]
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! `gangscaler plan` over the shipped example objects: the JSON a platform team would script
 //! against, checked field by field.
 
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "tests abort loudly"

@@ -7,7 +7,11 @@
 //! stay bounded whatever the request carried). The case count is bounded so CI runs it in
 //! seconds.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
+#![expect(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] fns: a panic is the test failure"
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;

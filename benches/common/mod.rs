@@ -3,7 +3,7 @@
 //! and running), one PVC per gang, fed through the same [`PodWriter`] and [`GangIndex`] calls
 //! the watchers make.
 
-#![allow(dead_code, reason = "each benchmark uses part of the fixture")]
+#![expect(dead_code, reason = "each benchmark uses part of the fixture")]
 
 use std::sync::{Arc, Mutex};
 

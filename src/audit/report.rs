@@ -168,7 +168,6 @@ impl Acc {
     }
 }
 
-#[allow(clippy::cast_precision_loss, reason = "counts are far below 2^52")]
 fn ratio(n: u64, d: u64) -> Option<f64> {
     (d > 0).then(|| n as f64 / d as f64)
 }

@@ -9,8 +9,8 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::clock::now_ms;
 use crate::config::TlsFiles;
-use crate::engine::now_ms;
 use crate::server::Tls;
 use crate::webhook::{self, Webhook};
 

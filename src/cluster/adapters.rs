@@ -80,7 +80,7 @@ pub enum GroupKey {
 
 /// A group's scheduling policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
+pub enum SchedulingPolicy {
     /// All-or-nothing: at least `min_count` pods must be placed together.
     Gang {
         /// Minimum number of pods, positive.
@@ -104,8 +104,8 @@ pub struct ScheduledCondition {
 pub struct GroupDef {
     /// What pods name.
     pub key: GroupKey,
-    /// Policy.
-    pub policy: Policy,
+    /// Scheduling policy.
+    pub policy: SchedulingPolicy,
     /// Node label all members must share a value of.
     pub topology_key: Option<String>,
     /// The object's own priority, when it has one.
@@ -166,14 +166,14 @@ pub(crate) struct GangSpec {
 
 impl PolicySpec {
     /// The policy, or why it is invalid; `path` is where the policy sits.
-    pub fn policy(&self, path: &str) -> Result<Policy, Issue> {
+    pub fn policy(&self, path: &str) -> Result<SchedulingPolicy, Issue> {
         match (&self.basic, &self.gang) {
-            (Some(_), None) => Ok(Policy::Basic),
+            (Some(_), None) => Ok(SchedulingPolicy::Basic),
             (None, Some(gang)) => {
                 let path = format!("{path}.gang.minCount");
                 match gang.min_count {
                     Some(n) if n > 0 => u32::try_from(n)
-                        .map(|min_count| Policy::Gang { min_count })
+                        .map(|min_count| SchedulingPolicy::Gang { min_count })
                         .map_err(|_| Issue::InvalidMinCount {
                             path,
                             value: Some(n),

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::adapters::{self, GroupDef, GroupKey, Policy, Reading, ScheduledCondition};
+use super::adapters::{self, GroupDef, GroupKey, Reading, ScheduledCondition, SchedulingPolicy};
 use super::demand::resolve;
 use super::objects::ObjectSet;
 use super::pod::{CompactPod, PodLink};
@@ -165,8 +165,8 @@ impl<'a> Join<'a> {
                 Err(index) => Err(*index),
             });
             match found {
-                Some(Ok(Policy::Basic)) => self.ungrouped(objects, pod, full_name),
-                Some(Ok(Policy::Gang { .. })) => {
+                Some(Ok(SchedulingPolicy::Basic)) => self.ungrouped(objects, pod, full_name),
+                Some(Ok(SchedulingPolicy::Gang { .. })) => {
                     let demand = Arc::new(self.demand(objects, pod));
                     self.buckets
                         .entry((key, replica))
@@ -214,7 +214,7 @@ impl<'a> Join<'a> {
         let mut buckets = std::mem::take(&mut self.buckets);
         for (key, known) in &self.groups {
             let Ok(def) = &known.state else { continue };
-            let Policy::Gang { min_count } = def.policy else {
+            let SchedulingPolicy::Gang { min_count } = def.policy else {
                 continue;
             };
             // Every instance pods formed; a group no pod names yet is one empty gang.

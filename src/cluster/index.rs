@@ -32,7 +32,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 
-use super::adapters::{self, GroupDef, GroupKey, Policy, Reading};
+use super::adapters::{self, GroupDef, GroupKey, Reading, SchedulingPolicy};
 use super::demand::resolve;
 use super::gangs::{
     GangView, Known, Members, build_gang, gang_name, link, missing_ref, trust_scheduled,
@@ -66,12 +66,12 @@ struct Resolved {
 
 /// A gang as built at the last view, and whether its creation time came from the clock.
 #[derive(Debug)]
-struct Instance {
+struct BuiltGang {
     gang: Arc<Gang>,
     created_from_clock: bool,
 }
 
-impl Instance {
+impl BuiltGang {
     /// Whether the view of this gang can change with the clock alone: its creation time is
     /// the clock's, or it trusts a True scheduled condition only while it is fresh.
     fn timed(&self, def: &GroupDef, min_count: u32) -> bool {
@@ -87,7 +87,7 @@ impl Instance {
 /// members.
 #[derive(Debug)]
 struct Built {
-    instances: Vec<Instance>,
+    instances: Vec<BuiltGang>,
     problems: Vec<Problem>,
 }
 
@@ -123,7 +123,7 @@ pub struct GangIndex {
     built: HashMap<GroupKey, Built>,
     /// The gangs of every built group, in view order.
     sorted: BTreeMap<SortKey, Arc<Gang>>,
-    /// Built groups with a gang whose view depends on the clock ([`Instance::timed`]).
+    /// Built groups with a gang whose view depends on the clock ([`BuiltGang::timed`]).
     timed: HashSet<GroupKey>,
     /// The problems and ungrouped pods of the last view, or `None` once something they
     /// depend on changed: a gang object, a storage object, an unlinked pending pod, or a
@@ -575,12 +575,12 @@ impl GangIndex {
             let replicas = members.get(group);
             match &known.state {
                 Ok(def) => match def.policy {
-                    Policy::Gang { .. } => {
+                    SchedulingPolicy::Gang { .. } => {
                         if let Some(b) = built.get(group) {
                             problems.extend(b.problems.iter().cloned());
                         }
                     }
-                    Policy::Basic => {
+                    SchedulingPolicy::Basic => {
                         for pod in replica_pods(demands.objects, group, replicas) {
                             if pod.node_name().is_none() && !pod.is_gated() {
                                 let (demand, issues) = demands.of(pod);
@@ -767,7 +767,7 @@ fn build(
         let first_pod = members.iter().filter_map(|(p, _)| p.created_unix()).min();
         let created_from_clock = def.created_unix.is_none() && first_pod.is_none();
         let gang = build_gang(known, def, min_count, replica, members, now_unix);
-        instances.push(Instance {
+        instances.push(BuiltGang {
             gang: Arc::new(gang),
             created_from_clock,
         });
@@ -780,7 +780,7 @@ fn build(
 
 /// Brings what depends on the clock up to `now_unix`: whether the scheduled condition is
 /// still trusted, and the creation time of a gang that has none. Whether the gang changed.
-fn adjust(instance: &mut Instance, def: &GroupDef, min_count: u32, now_unix: i64) -> bool {
+fn adjust(instance: &mut BuiltGang, def: &GroupDef, min_count: u32, now_unix: i64) -> bool {
     let bound = usize::try_from(instance.gang.bound_count()).unwrap_or(usize::MAX);
     let scheduled = def
         .scheduled
@@ -807,8 +807,8 @@ fn gang_def<'a>(
     let (_, known) = candidates.get(group)?.first_key_value()?;
     match &known.state {
         Ok(def) => match def.policy {
-            Policy::Gang { min_count } => Some((known, def, min_count)),
-            Policy::Basic => None,
+            SchedulingPolicy::Gang { min_count } => Some((known, def, min_count)),
+            SchedulingPolicy::Basic => None,
         },
         Err(_) => None,
     }

@@ -12,7 +12,7 @@ pub use lines::lines_for;
 pub use traps::disables_dynamic_resources;
 
 use super::flags::{self, Version};
-use super::{Facts, Observed, PodLink, Report, Row, Status};
+use super::{Facts, LinkProbe, Observed, Report, Row, Status};
 
 pub use crate::migrate::api::GROUP;
 use crate::migrate::api::GangApi as Shape;
@@ -23,7 +23,7 @@ pub const GANG_RESOURCES: [&str; 3] = ["workloads", "podgroups", "compositepodgr
 /// What doctor checks of the gang-scheduling API of one Kubernetes minor, beside the
 /// version's [`Shape`] (its name, minor and pod link field, shared with `migrate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GangApi {
+pub struct GangApiRequirements {
     /// The version that carries the gang objects on this minor.
     pub shape: Shape,
     /// The resources that version must serve.
@@ -34,7 +34,7 @@ pub struct GangApi {
     pub gates: &'static [&'static str],
 }
 
-impl GangApi {
+impl GangApiRequirements {
     /// The minor, e.g. 36 for 1.36.
     pub fn minor(&self) -> u32 {
         self.shape.minor()
@@ -52,20 +52,20 @@ impl GangApi {
 }
 
 /// The gang API of 1.35, 1.36 and 1.37 (k8s.io/api v0.35.4, v0.36.2, v0.37.2).
-pub const GANG_APIS: [GangApi; 3] = [
-    GangApi {
+pub const GANG_APIS: [GangApiRequirements; 3] = [
+    GangApiRequirements {
         shape: Shape::V1Alpha1,
         resources: &["workloads"],
         link_path: "spec.workloadRef",
         gates: &["GenericWorkload", "GangScheduling"],
     },
-    GangApi {
+    GangApiRequirements {
         shape: Shape::V1Alpha2,
         resources: &["workloads", "podgroups"],
         link_path: "spec.schedulingGroup.podGroupName",
         gates: &["GenericWorkload", "GangScheduling"],
     },
-    GangApi {
+    GangApiRequirements {
         shape: Shape::V1Beta1,
         resources: &["workloads", "podgroups"],
         link_path: "spec.schedulingGroup.podGroupName",
@@ -74,7 +74,7 @@ pub const GANG_APIS: [GangApi; 3] = [
 ];
 
 /// The gang API of Kubernetes 1.`minor`, if doctor knows it.
-pub fn gang_api(minor: u32) -> Option<&'static GangApi> {
+pub fn gang_api(minor: u32) -> Option<&'static GangApiRequirements> {
     GANG_APIS.iter().find(|a| a.minor() == minor)
 }
 
@@ -154,7 +154,11 @@ fn gate_word(on: Option<bool>) -> &'static str {
     }
 }
 
-fn facts(o: &Observed, api: Option<&GangApi>, scheduler_gates: &SchedulerGates) -> Facts {
+fn facts(
+    o: &Observed,
+    api: Option<&GangApiRequirements>,
+    scheduler_gates: &SchedulerGates,
+) -> Facts {
     let served = o.served.clone().unwrap_or_default();
     let mut gates = std::collections::BTreeMap::new();
     if let Some(api) = api {
@@ -177,14 +181,14 @@ fn facts(o: &Observed, api: Option<&GangApi>, scheduler_gates: &SchedulerGates) 
         }
     }
     let (pod_link_field, pod_link_kept) = match &o.pod_link {
-        PodLink::NotProbed(_) => (None, None),
-        PodLink::Kept { field } => (Some(field.clone()), Some(true)),
-        PodLink::Dropped { field } => (Some(field.clone()), Some(false)),
-        PodLink::Failed { field, .. } => (Some(field.clone()), None),
+        LinkProbe::NotProbed(_) => (None, None),
+        LinkProbe::Kept { field } => (Some(field.clone()), Some(true)),
+        LinkProbe::Dropped { field } => (Some(field.clone()), Some(false)),
+        LinkProbe::Failed { field, .. } => (Some(field.clone()), None),
     };
     Facts {
         kubernetes_version: o.server.as_ref().ok().map(|v| v.text.clone()),
-        expected_gang_api: api.map(GangApi::group_version),
+        expected_gang_api: api.map(GangApiRequirements::group_version),
         served,
         gates,
         pod_link_field,
@@ -258,7 +262,7 @@ fn describe_served(served: &[super::ServedVersion]) -> String {
     }
 }
 
-fn apiserver_enable(api: &GangApi) -> String {
+fn apiserver_enable(api: &GangApiRequirements) -> String {
     format!(
         "kube-apiserver --feature-gates={} --runtime-config={}=true",
         gates_value(api, true),
@@ -267,7 +271,7 @@ fn apiserver_enable(api: &GangApi) -> String {
 }
 
 /// `Gate=on,...` for every gate of `api`.
-fn gates_value(api: &GangApi, on: bool) -> String {
+fn gates_value(api: &GangApiRequirements, on: bool) -> String {
     api.gates
         .iter()
         .map(|g| format!("{g}={on}"))
@@ -275,7 +279,7 @@ fn gates_value(api: &GangApi, on: bool) -> String {
         .join(",")
 }
 
-fn served_api(o: &Observed, api: Option<&GangApi>) -> Row {
+fn served_api(o: &Observed, api: Option<&GangApiRequirements>) -> Row {
     const ID: &str = "gang-api";
     let served = match &o.served {
         Err(e) => {
@@ -320,7 +324,11 @@ fn served_api(o: &Observed, api: Option<&GangApi>) -> Row {
     Row::new(ID, Status::Ok, found, "")
 }
 
-fn generic_workload(o: &Observed, api: Option<&GangApi>, scheduler_gates: &SchedulerGates) -> Row {
+fn generic_workload(
+    o: &Observed,
+    api: Option<&GangApiRequirements>,
+    scheduler_gates: &SchedulerGates,
+) -> Row {
     const ID: &str = "gate/GenericWorkload";
     let (Some(api), Ok(served)) = (api, &o.served) else {
         return Row::new(
@@ -372,7 +380,7 @@ fn generic_workload(o: &Observed, api: Option<&GangApi>, scheduler_gates: &Sched
     )
 }
 
-fn pod_link(o: &Observed, api: Option<&GangApi>) -> Row {
+fn pod_link(o: &Observed, api: Option<&GangApiRequirements>) -> Row {
     const ID: &str = "pod-link-field";
     let ns = &o.namespace;
     let fix = api.map_or_else(
@@ -380,14 +388,16 @@ fn pod_link(o: &Observed, api: Option<&GangApi>) -> Row {
         |a| format!("kube-apiserver --feature-gates={}", gates_value(a, true)),
     );
     match &o.pod_link {
-        PodLink::NotProbed(why) => Row::new(ID, Status::Unknown, format!("not probed: {why}"), ""),
-        PodLink::Kept { field } => Row::new(
+        LinkProbe::NotProbed(why) => {
+            Row::new(ID, Status::Unknown, format!("not probed: {why}"), "")
+        }
+        LinkProbe::Kept { field } => Row::new(
             ID,
             Status::Ok,
             format!("a server-side dry-run create of a pod in {ns} kept spec.{field}"),
             "",
         ),
-        PodLink::Dropped { field } => Row::new(
+        LinkProbe::Dropped { field } => Row::new(
             ID,
             Status::Error,
             format!(
@@ -396,7 +406,7 @@ fn pod_link(o: &Observed, api: Option<&GangApi>) -> Row {
             ),
             fix,
         ),
-        PodLink::Failed { field, error } => Row::new(
+        LinkProbe::Failed { field, error } => Row::new(
             ID,
             Status::Unknown,
             format!("the dry-run create of a pod with spec.{field} in {ns} failed: {error}"),

@@ -41,7 +41,7 @@ pub struct ServedVersion {
 
 /// The outcome of the server-side dry-run create of a pod carrying the minor's link field.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodLink {
+pub enum LinkProbe {
     /// Not probed, and why (no link field on this minor, no server version).
     NotProbed(String),
     /// The response carried the field: the gate is on for the pod field.
@@ -149,7 +149,7 @@ pub struct Observed {
     /// The served versions of `scheduling.k8s.io` (empty when the group is not served).
     pub served: Read<Vec<ServedVersion>>,
     /// The pod-link dry run.
-    pub pod_link: PodLink,
+    pub pod_link: LinkProbe,
     /// The namespace of the dry run.
     pub namespace: String,
     /// kube-scheduler.

@@ -16,8 +16,8 @@ use tracing::debug;
 use super::checks::{GROUP, link_field};
 use super::flags::{self, Flag, Version};
 use super::{
-    Component, CsiDriverSeen, CsiNodeSeen, Error, Found, NodeSeen, Observed, PodLink, ProviderSeen,
-    Read, Result, SchedulerConfig, ServedVersion,
+    Component, CsiDriverSeen, CsiNodeSeen, Error, Found, LinkProbe, NodeSeen, Observed,
+    ProviderSeen, Read, Result, SchedulerConfig, ServedVersion,
 };
 use crate::model::labels;
 
@@ -117,9 +117,9 @@ pub async fn observe(client: &kube::Client, given: Given) -> Observed {
     );
     let served = discover(client).await;
     let pod_link = match &server {
-        Err(_) => PodLink::NotProbed("kube-apiserver's version is unknown".to_owned()),
+        Err(_) => LinkProbe::NotProbed("kube-apiserver's version is unknown".to_owned()),
         Ok(v) => match link_field(v) {
-            None => PodLink::NotProbed(format!("{v} has no gang link field on pods")),
+            None => LinkProbe::NotProbed(format!("{v} has no gang link field on pods")),
             Some(field) => dry_run(client, &given.namespace, field).await,
         },
     };
@@ -224,8 +224,8 @@ pub fn link_kept(field: &str, answer: &Value) -> bool {
         .is_some_and(|v| v.is_object())
 }
 
-async fn dry_run(client: &kube::Client, namespace: &str, field: &str) -> PodLink {
-    let failed = |error: String| PodLink::Failed {
+async fn dry_run(client: &kube::Client, namespace: &str, field: &str) -> LinkProbe {
+    let failed = |error: String| LinkProbe::Failed {
         field: field.to_owned(),
         error,
     };
@@ -245,11 +245,11 @@ async fn dry_run(client: &kube::Client, namespace: &str, field: &str) -> PodLink
             let kept = link_kept(field, &answer.data);
             debug!(pod.field = field, kept, namespace, "dry-run pod create");
             if kept {
-                PodLink::Kept {
+                LinkProbe::Kept {
                     field: field.to_owned(),
                 }
             } else {
-                PodLink::Dropped {
+                LinkProbe::Dropped {
                     field: field.to_owned(),
                 }
             }

@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
 
 use tonic::{Code, Request, Response, Status};
 use tracing::{Instrument, debug, error, info, info_span};
@@ -50,7 +49,7 @@ impl Service {
             duration_us = tracing::field::Empty
         );
         self.metrics.rpc_started(rpc);
-        let start = Instant::now();
+        let start = crate::clock::mono_std();
         let result = fut.instrument(span.clone()).await;
         let elapsed = start.elapsed();
         let code = match &result {

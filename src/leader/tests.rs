@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep};
+use tokio::time::sleep;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
@@ -153,7 +153,7 @@ async fn a_standby_refuses_until_the_holder_has_not_renewed_for_the_lease_durati
     let store = MemoryLeases::new();
     store.put(held_by("other"));
     let b = Replica::start("b", Arc::new(store.clone()));
-    let started = Instant::now();
+    let started = crate::clock::mono();
     sleep(Duration::from_millis(10)).await;
     assert_eq!(b.status.role(), Role::Standby);
     let refusal = b.status.check_acting().unwrap_err();
@@ -179,7 +179,7 @@ async fn a_standby_refuses_until_the_holder_has_not_renewed_for_the_lease_durati
         assert_eq!(b.status.role(), Role::Standby);
     }
     // It stops: b takes over once 15 s have passed since it saw the last renewal.
-    let last = Instant::now();
+    let last = crate::clock::mono();
     let mut roles = b.status.roles();
     roles.wait_for(|r| *r == Role::Leading).await.unwrap();
     let waited = last.elapsed();
@@ -207,7 +207,7 @@ async fn a_partitioned_leader_stops_acting_before_the_standby_may_take_over() {
     assert!(a.acting() && !b.acting());
 
     a_view.cut.store(true, Ordering::SeqCst);
-    let cut = Instant::now();
+    let cut = crate::clock::mono();
     let (mut a_stopped, mut b_started) = (None, None);
     while b_started.is_none() {
         sleep(Duration::from_millis(100)).await;
@@ -249,7 +249,7 @@ async fn a_leader_whose_renewal_hangs_stops_at_the_renew_deadline() {
     sleep(Duration::from_secs(5)).await;
     assert!(a.acting());
     store.set_stalled(true);
-    let stalled = Instant::now();
+    let stalled = crate::clock::mono();
     let lost = a.task.await.unwrap().unwrap_err();
     assert!(stalled.elapsed() <= RENEW, "{:?}", stalled.elapsed());
     assert!(a.status.check_acting().is_err());
@@ -301,7 +301,7 @@ async fn a_released_lease_is_taken_at_the_next_attempt() {
     a.task.await.unwrap().unwrap();
     assert_eq!(store.lease().unwrap().holder(), None);
     assert_eq!(a.status.role(), Role::Standby);
-    let released = Instant::now();
+    let released = crate::clock::mono();
     let mut roles = b.status.roles();
     roles.wait_for(|r| *r == Role::Leading).await.unwrap();
     assert!(

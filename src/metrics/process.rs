@@ -257,10 +257,7 @@ mod tests {
         assert!(s.resident_bytes.expect("rss") > 0);
         assert!(s.virtual_bytes.expect("vsize") >= s.resident_bytes.expect("rss"));
         assert!(s.cpu_seconds.expect("cpu") >= 0.0);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs_f64();
+        let now = crate::clock::now_unix() as f64;
         let start = s.start_time_seconds.expect("start time");
         assert!(
             start <= now + 1.0 && start > now - 86_400.0,

@@ -111,7 +111,7 @@ struct PodGroupInfo {
 
 /// How a pod names its gang.
 #[derive(Debug, Clone, PartialEq)]
-enum PodLink {
+enum ManifestLink {
     /// 1.35 `workloadRef`.
     Group(GroupLink),
     /// 1.36+ `schedulingGroup.podGroupName`.
@@ -246,7 +246,7 @@ impl Index {
             let ns = namespace(node).to_owned();
             let mut copy = node.clone();
             visit_pod_specs(&mut copy, &mut |_, spec| {
-                if let Ok(Some(PodLink::Group(link))) = pod_link(spec) {
+                if let Ok(Some(ManifestLink::Group(link))) = pod_link(spec) {
                     let list = index
                         .links
                         .entry((ns.clone(), link.workload.clone()))

@@ -49,7 +49,7 @@ pub struct GroupOption {
     pub headroom: u32,
     /// Fits or why not.
     #[serde(flatten)]
-    pub outcome: Outcome,
+    pub outcome: FitOutcome,
 }
 
 /// Whether a group can host a gang.
@@ -59,7 +59,7 @@ pub struct GroupOption {
     rename_all = "camelCase",
     rename_all_fields = "camelCase"
 )]
-pub enum Outcome {
+pub enum FitOutcome {
     /// The group's nodes can host the gang.
     Fits {
         /// Fresh nodes for every unbound member.
@@ -104,7 +104,7 @@ pub fn plan(gangs: &[Arc<Gang>], groups: &[(&NodeGroupSpec, Option<NodeShape>, u
             let best = options
                 .iter()
                 .filter_map(|o| match o.outcome {
-                    Outcome::Fits {
+                    FitOutcome::Fits {
                         nodes_all,
                         fits_headroom: true,
                         ..
@@ -137,13 +137,13 @@ fn option(
     let headroom = spec.max_size.saturating_sub(target);
     let result = shape.map_or(Err(Reason::NoTemplate), |s| fit_counts(gang, s));
     let outcome = match result {
-        Ok((nodes_all, nodes_min)) => Outcome::Fits {
+        Ok((nodes_all, nodes_min)) => FitOutcome::Fits {
             nodes_all,
             nodes_min,
             fits_headroom: nodes_all <= headroom,
             min_fits_headroom: nodes_min <= headroom,
         },
-        Err(reason) => Outcome::Unfittable {
+        Err(reason) => FitOutcome::Unfittable {
             message: reason.to_string(),
             reason,
         },

@@ -162,7 +162,7 @@ impl Provisioner for MemoryProvisioner {
     }
 
     async fn sync_groups(&self, groups: &[NodeGroupSpec]) -> Result<()> {
-        let now = Instant::now();
+        let now = crate::clock::mono();
         self.with_state(|s| {
             for g in groups {
                 s.ensure(g, now);
@@ -171,12 +171,12 @@ impl Provisioner for MemoryProvisioner {
     }
 
     async fn target_size(&self, group: &NodeGroupSpec) -> Result<u32> {
-        let now = Instant::now();
+        let now = crate::clock::mono();
         self.with_state(|s| s.ensure(group, now).target())
     }
 
     async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
-        let now = Instant::now();
+        let now = crate::clock::mono();
         self.with_state(|s| {
             let g = s.ensure(group, now);
             let current = g.target();
@@ -196,7 +196,7 @@ impl Provisioner for MemoryProvisioner {
     }
 
     async fn decrease_target(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
-        let now = Instant::now();
+        let now = crate::clock::mono();
         self.with_state(|s| {
             let g = s.ensure(group, now);
             let pending = u32::try_from(g.pending.len()).unwrap_or(u32::MAX);
@@ -217,7 +217,7 @@ impl Provisioner for MemoryProvisioner {
     }
 
     async fn delete(&self, group: &NodeGroupSpec, nodes: &[NodeRef]) -> Result<u32> {
-        let now = Instant::now();
+        let now = crate::clock::mono();
         self.with_state(|s| {
             s.ensure(group, now);
             let State {
@@ -274,7 +274,7 @@ impl Provisioner for MemoryProvisioner {
     }
 
     async fn instances(&self, group: &NodeGroupSpec) -> Result<Vec<Instance>> {
-        let now = Instant::now();
+        let now = crate::clock::mono();
         let provision_delay = settings(group).provision_delay;
         self.with_state(|s| {
             s.ensure(group, now)

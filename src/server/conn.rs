@@ -157,7 +157,7 @@ async fn handshake(
     logs: Arc<Logs>,
     handoff: Handoff,
 ) {
-    let deadline = Instant::now() + settings.handshake_timeout;
+    let deadline = crate::clock::mono() + settings.handshake_timeout;
     let info = TcpConnectInfo {
         local_addr: stream.local_addr().ok(),
         remote_addr: Some(peer),
@@ -221,7 +221,7 @@ struct Throttle {
 impl Throttle {
     /// `Some(events left out since the last one logged)` if this one should be logged.
     fn ready(&self) -> Option<u64> {
-        let now = Instant::now();
+        let now = crate::clock::mono();
         // A poisoned lock only means another thread panicked while logging: keep going.
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         match *last {
@@ -300,7 +300,7 @@ impl Conn {
                 ));
             };
             let idle_until = last + self.settings.idle_timeout;
-            if idle_until <= Instant::now() {
+            if idle_until <= crate::clock::mono() {
                 debug!(peer = %self.peer(), "idle gRPC connection closed");
                 return Poll::Ready(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -339,9 +339,9 @@ impl AsyncRead for Conn {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
                     let first = this.last_read.is_none();
-                    this.last_read = Some(Instant::now());
+                    this.last_read = Some(crate::clock::mono());
                     if first {
-                        let idle_until = Instant::now() + this.settings.idle_timeout;
+                        let idle_until = crate::clock::mono() + this.settings.idle_timeout;
                         this.deadline.as_mut().reset(idle_until);
                     }
                 }

@@ -169,10 +169,10 @@ pub fn decide(request: &Request, served: Option<GangApi>) -> Decision {
 /// The AdmissionReview response: allowed with a patch adding `spec.<field>`, allowed
 /// unchanged, or refused with `message` and HTTP-like `code`.
 #[must_use]
-pub fn respond(uid: &str, outcome: &Outcome) -> Value {
+pub fn respond(uid: &str, outcome: &ReviewOutcome) -> Value {
     let response = match outcome {
-        Outcome::Allow => json!({"uid": uid, "allowed": true}),
-        Outcome::Patch { field, value } => {
+        ReviewOutcome::Allow => json!({"uid": uid, "allowed": true}),
+        ReviewOutcome::Patch { field, value } => {
             let patch = json!([{"op": "add", "path": format!("/spec/{field}"), "value": value}]);
             json!({
                 "uid": uid,
@@ -181,7 +181,7 @@ pub fn respond(uid: &str, outcome: &Outcome) -> Value {
                 "patch": base64(patch.to_string().as_bytes()),
             })
         }
-        Outcome::Deny { code, message } => json!({
+        ReviewOutcome::Deny { code, message } => json!({
             "uid": uid,
             "allowed": false,
             "status": {"code": code, "message": message},
@@ -196,7 +196,7 @@ pub fn respond(uid: &str, outcome: &Outcome) -> Value {
 
 /// What the response says.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub enum ReviewOutcome {
     /// Admit unchanged.
     Allow,
     /// Admit with `spec.<field>` set to `value`.
@@ -355,7 +355,7 @@ mod tests {
     fn the_response_patch_is_base64_json_patch_and_echoes_the_uid() {
         let resp = respond(
             "u-1",
-            &Outcome::Patch {
+            &ReviewOutcome::Patch {
                 field: "schedulingGroup",
                 value: json!({"podGroupName": "a"}),
             },
@@ -371,7 +371,7 @@ mod tests {
         );
         let deny = respond(
             "u-2",
-            &Outcome::Deny {
+            &ReviewOutcome::Deny {
                 code: 404,
                 message: "no".into(),
             },

@@ -3,7 +3,11 @@
 //! metrics endpoints. Each test binary uses a different subset, hence the `dead_code` allow;
 //! helpers panic on broken fixtures, which fails the calling test.
 
-#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+#![expect(
+    dead_code,
+    clippy::expect_used,
+    reason = "shared test helpers: each test crate uses part of them, and a panic is the test failure"
+)]
 
 pub mod pki;
 

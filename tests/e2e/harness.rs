@@ -8,7 +8,7 @@
 //! A Kubernetes minor is a row in `tests/e2e/versions.env`: the gang API, feature gates, the CA
 //! release and the scheduler profile come from that row.
 
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "test harness: abort loudly"
@@ -183,7 +183,8 @@ impl Proc {
     /// Its process id (to read `/proc/<pid>`).
     #[allow(
         dead_code,
-        reason = "the soak run reads gangscaler's /proc; the e2e tests do not"
+        reason = "the soak run reads gangscaler's /proc; the e2e tests do not. An allow, not \
+                  an expect: this file is compiled into both crates and only e2e leaves it unused"
     )]
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -18,10 +18,14 @@
 //! `cargo test` does not need them. Run: `tests/e2e/build.sh --legacy-ca && cargo test
 //! --all-features --test e2e -- --ignored --test-threads=1`.
 
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "tests abort loudly"
+)]
+#![expect(
+    clippy::disallowed_methods,
+    reason = "end-to-end tests time real clusters with the real clocks"
 )]
 
 #[path = "../common/mod.rs"]

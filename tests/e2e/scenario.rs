@@ -256,7 +256,7 @@ pub struct Scenario {
     gangscaler_starts: u32,
     /// Cluster API and the stand-in provider, when a group is on the clusterapi backend
     /// (stopped before the control plane).
-    #[allow(
+    #[expect(
         dead_code,
         reason = "held for its Drop, which stops Cluster API before the control plane"
     )]

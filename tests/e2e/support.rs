@@ -2,7 +2,7 @@
 //! `soak` run, which includes this file by path): starting gangscaler, and creating objects
 //! and gang objects through the dynamic API.
 
-#![allow(clippy::unwrap_used, reason = "test helpers: abort loudly")]
+#![expect(clippy::unwrap_used, reason = "test helpers: abort loudly")]
 
 use std::process::Command;
 use std::time::{Duration, Instant};

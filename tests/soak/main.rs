@@ -8,19 +8,23 @@
 //! `SOAK_TRACE=trace.jsonl SOAK_POLICY=strict SOAK_RESULTS=dir cargo test --all-features
 //! --test soak -- --ignored --nocapture`.
 
-#![allow(
+#![expect(
     clippy::expect_used,
     clippy::unwrap_used,
     reason = "a test run: abort loudly"
 )]
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the soak times a real run against a real cluster with the real clocks"
+)]
 
-#[allow(
+#[expect(
     dead_code,
     reason = "shared with the e2e tests; the soak uses part of it"
 )]
 #[path = "../e2e/capi.rs"]
 mod capi;
-#[allow(
+#[expect(
     dead_code,
     reason = "shared with the e2e tests; the soak uses part of it"
 )]
@@ -28,7 +32,7 @@ mod capi;
 mod chart;
 #[path = "../common/mod.rs"]
 mod common;
-#[allow(
+#[expect(
     dead_code,
     reason = "shared with the e2e tests; the soak uses part of it"
 )]
@@ -36,16 +40,12 @@ mod common;
 mod harness;
 mod probe;
 mod replay;
-#[allow(
+#[expect(
     dead_code,
     reason = "shared with the e2e tests; the soak uses part of it"
 )]
 #[path = "../e2e/scenario.rs"]
 mod scenario;
-#[allow(
-    dead_code,
-    reason = "shared with the e2e tests; the soak uses part of it"
-)]
 #[path = "../e2e/support.rs"]
 mod support;
 mod trace;

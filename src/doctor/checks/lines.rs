@@ -1,10 +1,10 @@
 //! The flags that turn gang admission on for a minor, and roll it back.
 
-use super::{GROUP, GangApi, gates_value};
+use super::{GROUP, GangApiRequirements, gates_value};
 use crate::doctor::{ComponentFlags, Lines};
 
 /// The enable and roll-back flags for `api`'s minor.
-pub fn lines_for(api: &GangApi) -> Lines {
+pub fn lines_for(api: &GangApiRequirements) -> Lines {
     let gv = api.group_version();
     let on = format!("--feature-gates={}", gates_value(api, true));
     let off = format!("--feature-gates={}", gates_value(api, false));

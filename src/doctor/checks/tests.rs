@@ -85,7 +85,7 @@ fn healthy(minor: u32) -> Observed {
     Observed {
         server: Ok(v(&format!("v1.{minor}.2"))),
         served: Ok(served(minor)),
-        pod_link: PodLink::Kept {
+        pod_link: LinkProbe::Kept {
             field: link_field(&v(&format!("1.{minor}"))).unwrap().to_owned(),
         },
         namespace: "default".to_owned(),
@@ -275,7 +275,7 @@ fn generic_workload_is_inferred_from_served_workloads_and_the_schedulers_flags()
 fn the_pod_link_dry_run_decides_the_pod_field_gate() {
     let mut o = healthy(36);
     assert_eq!(status(&o, "pod-link-field"), Status::Ok);
-    o.pod_link = PodLink::Dropped {
+    o.pod_link = LinkProbe::Dropped {
         field: "schedulingGroup".to_owned(),
     };
     let r = row(&o, "pod-link-field");
@@ -286,13 +286,13 @@ fn the_pod_link_dry_run_decides_the_pod_field_gate() {
         r.found
     );
     assert_eq!(report(&o).facts.pod_link_kept, Some(false));
-    o.pod_link = PodLink::Failed {
+    o.pod_link = LinkProbe::Failed {
         field: "schedulingGroup".to_owned(),
         error: "pods is forbidden".to_owned(),
     };
     assert_eq!(status(&o, "pod-link-field"), Status::Unknown);
     assert_eq!(report(&o).facts.pod_link_kept, None);
-    o.pod_link = PodLink::NotProbed("no version".to_owned());
+    o.pod_link = LinkProbe::NotProbed("no version".to_owned());
     assert_eq!(status(&o, "pod-link-field"), Status::Unknown);
 }
 
@@ -757,7 +757,7 @@ fn enable_and_rollback_lines_name_the_minors_gates_and_api() {
 #[test]
 fn the_report_sums_its_rows_and_renders_as_table_and_json() {
     let mut o = healthy(36);
-    o.pod_link = PodLink::Dropped {
+    o.pod_link = LinkProbe::Dropped {
         field: "schedulingGroup".to_owned(),
     };
     let r = report(&o);

@@ -1,7 +1,7 @@
 //! Pods and pod templates: where a manifest carries pod specs, the gang link a pod spec
 //! has, and rewriting it for the target version.
 
-use super::{Cx, Index, PodGroupInfo, PodLink, Severity, lookup, namespace};
+use super::{Cx, Index, ManifestLink, PodGroupInfo, Severity, lookup, namespace};
 use crate::migrate::api::{GangApi, GroupLink};
 use crate::migrate::doc::Node;
 
@@ -50,7 +50,7 @@ pub(super) fn visit_pod_specs(node: &mut Node, f: &mut dyn FnMut(&str, &mut Node
 }
 
 /// The gang link a pod spec carries.
-pub(super) fn pod_link(spec: &Node) -> Result<Option<PodLink>, String> {
+pub(super) fn pod_link(spec: &Node) -> Result<Option<ManifestLink>, String> {
     let workload_ref = spec.get("workloadRef").filter(|n| **n != Node::Null);
     let group = spec.get("schedulingGroup").filter(|n| **n != Node::Null);
     match (workload_ref, group) {
@@ -64,7 +64,7 @@ pub(super) fn pod_link(spec: &Node) -> Result<Option<PodLink>, String> {
                     .map(str::to_owned)
                     .ok_or_else(|| format!("workloadRef.{f} is missing"))
             };
-            Ok(Some(PodLink::Group(GroupLink {
+            Ok(Some(ManifestLink::Group(GroupLink {
                 workload: field("name")?,
                 template: field("podGroup")?,
                 replica_key: r
@@ -76,7 +76,7 @@ pub(super) fn pod_link(spec: &Node) -> Result<Option<PodLink>, String> {
         (None, Some(g)) => g
             .get_str("podGroupName")
             .filter(|s| !s.is_empty())
-            .map(|s| Some(PodLink::Named(s.to_owned())))
+            .map(|s| Some(ManifestLink::Named(s.to_owned())))
             .ok_or_else(|| "schedulingGroup.podGroupName is missing".into()),
         (None, None) => Ok(None),
     }
@@ -123,9 +123,9 @@ impl Cx<'_> {
             };
             let group = match (&link, to) {
                 // Already in the target's shape.
-                (PodLink::Named(_), GangApi::V1Alpha2 | GangApi::V1Beta1) => return,
-                (PodLink::Group(g), _) => g.clone(),
-                (PodLink::Named(name), GangApi::V1Alpha1) => match index.link_of(&ns, name) {
+                (ManifestLink::Named(_), GangApi::V1Alpha2 | GangApi::V1Beta1) => return,
+                (ManifestLink::Group(g), _) => g.clone(),
+                (ManifestLink::Named(name), GangApi::V1Alpha1) => match index.link_of(&ns, name) {
                     Ok(g) => g,
                     Err(e) => {
                         found.push((Severity::Error, format!("{path}.{e}")));
@@ -148,7 +148,7 @@ impl Cx<'_> {
                 ));
                 return;
             }
-            if let (PodLink::Group(g), true) = (&link, to.has_pod_groups())
+            if let (ManifestLink::Group(g), true) = (&link, to.has_pod_groups())
                 && let Some(key) = &g.replica_key
             {
                 found.push((
@@ -159,14 +159,14 @@ impl Cx<'_> {
                     ),
                 ));
             }
-            if matches!(link, PodLink::Group(_)) && to == GangApi::V1Alpha1 {
+            if matches!(link, ManifestLink::Group(_)) && to == GangApi::V1Alpha1 {
                 return;
             }
             match group.pod_link(to) {
                 Ok((field, value)) => {
                     let old = match link {
-                        PodLink::Group(_) => "workloadRef",
-                        PodLink::Named(_) => "schedulingGroup",
+                        ManifestLink::Group(_) => "workloadRef",
+                        ManifestLink::Named(_) => "schedulingGroup",
                     };
                     spec.rename(old, field, value);
                 }

@@ -1,7 +1,7 @@
 //! `plan`, `Reason` labels and `Policy` defaults.
 
 use crate::model::labels;
-use crate::planner::{Outcome, Policy, Reason, plan};
+use crate::planner::{FitOutcome, Policy, Reason, plan};
 
 use super::*;
 
@@ -39,7 +39,7 @@ fn plan_lists_pending_gangs_by_priority_against_every_group() {
     assert_eq!((high.unbound, high.bound, high.min_count), (4, 0, 2));
     assert_eq!(
         high.groups[0].outcome,
-        Outcome::Fits {
+        FitOutcome::Fits {
             nodes_all: 2,
             nodes_min: 1,
             fits_headroom: true,
@@ -48,14 +48,14 @@ fn plan_lists_pending_gangs_by_priority_against_every_group() {
     );
     assert!(matches!(
         &high.groups[2].outcome,
-        Outcome::Unfittable {
+        FitOutcome::Unfittable {
             reason: Reason::NoTemplate,
             ..
         }
     ));
     assert!(matches!(
         &high.groups[3].outcome,
-        Outcome::Unfittable {
+        FitOutcome::Unfittable {
             reason: Reason::PodTooLarge { .. },
             ..
         }
@@ -77,7 +77,7 @@ fn plan_reports_whether_the_need_fits_the_headroom() {
     assert_eq!(p.gangs[0].groups[0].headroom, 3);
     assert_eq!(
         p.gangs[0].groups[0].outcome,
-        Outcome::Fits {
+        FitOutcome::Fits {
             nodes_all: 4,
             nodes_min: 2,
             fits_headroom: false,
