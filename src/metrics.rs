@@ -238,209 +238,205 @@ impl Default for Metrics {
 impl Metrics {
     /// Creates and registers every family.
     pub fn new() -> Self {
-        let mut root = Registry::default();
-        let grpc_started = Family::<GrpcLabels, Counter>::default();
-        let grpc_handled = Family::<GrpcCodeLabels, Counter>::default();
-        let grpc_handling_seconds =
-            Family::<GrpcLabels, Histogram>::new_with_constructor(|| Histogram::new(rpc_buckets()));
-        // go-grpc-prometheus' names, unprefixed, so that gRPC dashboards work as they are.
-        let grpc = root.sub_registry_with_prefix("grpc_server");
-        grpc.register(
-            "started",
-            "externalgrpc calls started on the server, by method",
-            grpc_started.clone(),
-        );
-        grpc.register(
-            "handled",
-            "externalgrpc calls completed on the server, by method and status code",
-            grpc_handled.clone(),
-        );
-        grpc.register_with_unit(
-            "handling",
-            "externalgrpc server-side handling time (decoded request to response), by method",
-            prometheus_client::registry::Unit::Seconds,
-            grpc_handling_seconds.clone(),
-        );
-        root.register_collector(Box::new(ProcessCollector));
-        let registry = root.sub_registry_with_prefix("gangscaler");
-        let build_info = Family::<BuildLabels, Gauge>::default();
-        build_info.get_or_create(&BUILD).set(1);
-        registry.register(
-            "build_info",
-            "1, labelled with the version, git commit and compiler this binary was built from",
-            build_info,
-        );
-        let provision_calls = Family::<ProvisionLabels, Counter>::default();
-        let config_reloads = Family::<OutcomeLabels, Counter>::default();
-        let config_valid = Gauge::default();
-        let admission_decisions = Family::<DecisionLabels, Counter>::default();
-        let audit_write_failures = Counter::default();
-        let audit_writable = Gauge::default();
-        audit_writable.set(1);
         let lifecycle_histogram = || {
             Family::<GroupLabels, Histogram>::new_with_constructor(|| {
                 Histogram::new(lifecycle_buckets())
             })
         };
-        let formation_seconds = lifecycle_histogram();
-        let success_seconds = lifecycle_histogram();
-        let job_start_delay_seconds = lifecycle_histogram();
-        let scale_up_outcomes = Family::<ScaleUpOutcomeLabels, Counter>::default();
-        let attach_failures = Family::<GroupLabels, Counter>::default();
-        let preemptions = Family::<GroupLabels, Counter>::default();
-        let scale_ups_open = Gauge::default();
-        let scale_up_protected_nodes = Gauge::default();
-        let gangs_pending = Gauge::default();
-        let gangs_pending_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
-        let gangs_without_verdict = Gauge::default();
-        let cluster_view_stale = Gauge::default();
-        let node_group_target_above_max = Family::<GroupLabels, Gauge>::default();
-        let leader = Gauge::default();
-        let leader_transitions = Counter::default();
+        let mut metrics = Self {
+            registry: Registry::default(),
+            grpc_started: Family::default(),
+            grpc_handled: Family::default(),
+            grpc_handling_seconds: Family::new_with_constructor(|| Histogram::new(rpc_buckets())),
+            provision_calls: Family::default(),
+            config_reloads: Family::default(),
+            config_valid: Gauge::default(),
+            admission_decisions: Family::default(),
+            audit_write_failures: Counter::default(),
+            audit_writable: Gauge::default(),
+            formation_seconds: lifecycle_histogram(),
+            success_seconds: lifecycle_histogram(),
+            job_start_delay_seconds: lifecycle_histogram(),
+            scale_up_outcomes: Family::default(),
+            attach_failures: Family::default(),
+            preemptions: Family::default(),
+            scale_ups_open: Gauge::default(),
+            scale_up_protected_nodes: Gauge::default(),
+            gangs_pending: Gauge::default(),
+            gangs_pending_seconds: Counter::default(),
+            gangs_without_verdict: Gauge::default(),
+            cluster_view_stale: Gauge::default(),
+            node_group_target_above_max: Family::default(),
+            leader: Gauge::default(),
+            leader_transitions: Counter::default(),
+            tls: None,
+        };
+        metrics.audit_writable.set(1);
+        let mut root = Registry::default();
+        metrics.register_grpc(&mut root);
+        root.register_collector(Box::new(ProcessCollector));
+        let own = root.sub_registry_with_prefix("gangscaler");
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info.get_or_create(&BUILD).set(1);
+        own.register(
+            "build_info",
+            "1, labelled with the version, git commit and compiler this binary was built from",
+            build_info,
+        );
+        metrics.register_state(own);
+        metrics.register_scaleup(own);
+        metrics.register_decisions(own);
+        metrics.registry = root;
+        metrics
+    }
+
+    /// The gRPC server families under go-grpc-prometheus' names, unprefixed, so that gRPC
+    /// dashboards work as they are.
+    fn register_grpc(&self, root: &mut Registry) {
+        let grpc = root.sub_registry_with_prefix("grpc_server");
+        grpc.register(
+            "started",
+            "externalgrpc calls started on the server, by method",
+            self.grpc_started.clone(),
+        );
+        grpc.register(
+            "handled",
+            "externalgrpc calls completed on the server, by method and status code",
+            self.grpc_handled.clone(),
+        );
+        grpc.register_with_unit(
+            "handling",
+            "externalgrpc server-side handling time (decoded request to response), by method",
+            prometheus_client::registry::Unit::Seconds,
+            self.grpc_handling_seconds.clone(),
+        );
+    }
+
+    /// The state gauges: leadership, node groups above their maxSize, the cluster view.
+    fn register_state(&self, registry: &mut Registry) {
         registry.register(
             "leader",
             "1 while this replica holds the leader-election Lease and so acts, else 0",
-            leader.clone(),
+            self.leader.clone(),
         );
         registry.sub_registry_with_prefix("leader").register(
             "transitions",
             "changes of the leader-election Lease holder this replica saw",
-            leader_transitions.clone(),
+            self.leader_transitions.clone(),
         );
         registry.sub_registry_with_prefix("node_group").register(
             "target_above_max",
             "1 while the node group's target size is above its maxSize (a configuration reload lowered maxSize below it; no node is removed for it, and increases are refused), else 0",
-            node_group_target_above_max.clone(),
+            self.node_group_target_above_max.clone(),
         );
         registry.sub_registry_with_prefix("cluster").register(
             "view_stale",
             "1 while the cluster view may be behind the cluster: a watch failed (e.g. the API server is unreachable) and has not listed again",
-            cluster_view_stale.clone(),
+            self.cluster_view_stale.clone(),
         );
-        {
-            use prometheus_client::registry::Unit;
-            let s = registry.sub_registry_with_prefix("scaleup");
-            s.register_with_unit(
-                "formation",
-                "time from an accepted scale-up to its gang forming, by node group",
-                Unit::Seconds,
-                formation_seconds.clone(),
-            );
-            s.register_with_unit(
-                "success",
-                "time from an accepted scale-up to success (gang formed, volumes attached, minCount members running), by node group",
-                Unit::Seconds,
-                success_seconds.clone(),
-            );
-            s.register_with_unit(
-                "job_start_delay",
-                "time from a gang's creation to minCount members running, for gangs whose scale-up succeeded, by node group",
-                Unit::Seconds,
-                job_start_delay_seconds.clone(),
-            );
-            s.register(
-                "outcomes",
-                "scale-up lifecycles ended, by node group and outcome",
-                scale_up_outcomes.clone(),
-            );
-            s.register(
-                "attach_failures",
-                "volume attach errors on gangs after a scale-out, by node group",
-                attach_failures.clone(),
-            );
-            s.register(
-                "preemptions",
-                "scale-ups whose gang was preempted before it started, by node group",
-                preemptions.clone(),
-            );
-            s.register(
-                "open",
-                "scale-up lifecycles not ended yet",
-                scale_ups_open.clone(),
-            );
-            s.register(
-                "protected_nodes",
-                "nodes kept out of CA's scale-down (scale-down-disabled) while their gang forms",
-                scale_up_protected_nodes.clone(),
-            );
-            let g = registry.sub_registry_with_prefix("gangs");
-            g.register(
-                "pending",
-                "gangs pending now (fewer than minCount members placed)",
-                gangs_pending.clone(),
-            );
-            g.register_with_unit(
-                "pending",
-                "gang-seconds spent pending, summed over gangs",
-                Unit::Seconds,
-                gangs_pending_seconds.clone(),
-            );
-            g.register(
-                "without_verdict",
-                "pending gangs whose members have had no scheduler verdict (PodScheduled condition) for lifecycle.noVerdictAfter, so Cluster Autoscaler cannot see them",
-                gangs_without_verdict.clone(),
-            );
-        }
+    }
+
+    /// The scale-up lifecycle families (`gangscaler_scaleup_*`) and the pending gangs
+    /// (`gangscaler_gangs_*`).
+    fn register_scaleup(&self, registry: &mut Registry) {
+        use prometheus_client::registry::Unit;
+        let s = registry.sub_registry_with_prefix("scaleup");
+        s.register_with_unit(
+            "formation",
+            "time from an accepted scale-up to its gang forming, by node group",
+            Unit::Seconds,
+            self.formation_seconds.clone(),
+        );
+        s.register_with_unit(
+            "success",
+            "time from an accepted scale-up to success (gang formed, volumes attached, minCount members running), by node group",
+            Unit::Seconds,
+            self.success_seconds.clone(),
+        );
+        s.register_with_unit(
+            "job_start_delay",
+            "time from a gang's creation to minCount members running, for gangs whose scale-up succeeded, by node group",
+            Unit::Seconds,
+            self.job_start_delay_seconds.clone(),
+        );
+        s.register(
+            "outcomes",
+            "scale-up lifecycles ended, by node group and outcome",
+            self.scale_up_outcomes.clone(),
+        );
+        s.register(
+            "attach_failures",
+            "volume attach errors on gangs after a scale-out, by node group",
+            self.attach_failures.clone(),
+        );
+        s.register(
+            "preemptions",
+            "scale-ups whose gang was preempted before it started, by node group",
+            self.preemptions.clone(),
+        );
+        s.register(
+            "open",
+            "scale-up lifecycles not ended yet",
+            self.scale_ups_open.clone(),
+        );
+        s.register(
+            "protected_nodes",
+            "nodes kept out of CA's scale-down (scale-down-disabled) while their gang forms",
+            self.scale_up_protected_nodes.clone(),
+        );
+        let g = registry.sub_registry_with_prefix("gangs");
+        g.register(
+            "pending",
+            "gangs pending now (fewer than minCount members placed)",
+            self.gangs_pending.clone(),
+        );
+        g.register_with_unit(
+            "pending",
+            "gang-seconds spent pending, summed over gangs",
+            Unit::Seconds,
+            self.gangs_pending_seconds.clone(),
+        );
+        g.register(
+            "without_verdict",
+            "pending gangs whose members have had no scheduler verdict (PodScheduled condition) for lifecycle.noVerdictAfter, so Cluster Autoscaler cannot see them",
+            self.gangs_without_verdict.clone(),
+        );
+    }
+
+    /// The decision path's families: audit, admission, provisioning and configuration.
+    fn register_decisions(&self, registry: &mut Registry) {
         let audit = registry.sub_registry_with_prefix("audit");
         audit.register(
             "write_failures",
             "audit records that could not be written",
-            audit_write_failures.clone(),
+            self.audit_write_failures.clone(),
         );
         audit.register(
             "writable",
             "1 while the audit log accepts records, 0 while it cannot be written and every scale-up is refused",
-            audit_writable.clone(),
+            self.audit_writable.clone(),
         );
         registry.sub_registry_with_prefix("admission").register(
             "decisions",
             "gang admission decisions in NodeGroupIncreaseSize, by verdict and rule",
-            admission_decisions.clone(),
+            self.admission_decisions.clone(),
         );
         registry.sub_registry_with_prefix("provision").register(
             "calls",
             "provisioning backend calls, by backend, operation and outcome",
-            provision_calls.clone(),
+            self.provision_calls.clone(),
         );
         let config = registry.sub_registry_with_prefix("config");
         config.register(
             "reloads",
             "node-group configuration reloads, by outcome",
-            config_reloads.clone(),
+            self.config_reloads.clone(),
         );
         config.register(
             "valid",
             "1 while the running configuration matches the files on disk, 0 after a rejected edit",
-            config_valid.clone(),
+            self.config_valid.clone(),
         );
-        Self {
-            registry: root,
-            grpc_started,
-            grpc_handled,
-            grpc_handling_seconds,
-            provision_calls,
-            config_reloads,
-            config_valid,
-            admission_decisions,
-            audit_write_failures,
-            audit_writable,
-            formation_seconds,
-            success_seconds,
-            job_start_delay_seconds,
-            scale_up_outcomes,
-            attach_failures,
-            preemptions,
-            scale_ups_open,
-            scale_up_protected_nodes,
-            gangs_pending,
-            gangs_pending_seconds,
-            gangs_without_verdict,
-            cluster_view_stale,
-            node_group_target_above_max,
-            leader,
-            leader_transitions,
-            tls: None,
-        }
     }
 
     /// Registers the TLS metrics (`gangscaler_tls_*`), for a server that uses TLS; without
