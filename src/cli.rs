@@ -38,7 +38,7 @@ const LONG_VERSION: &str = concat!(
 /// Environment variables: a flag that every command shares can be set as `GANGSCALER_<FLAG>`
 /// (`GANGSCALER_LOG`, `GANGSCALER_LOG_FORMAT`, `GANGSCALER_CONFIG`); a configuration setting
 /// as `GANGSCALER__<KEY>__<KEY>` (provider.yaml) or `GANGSCALER_NG_<GROUP>__<KEY>` (a
-/// node-group file). See the README's "Environment variables".
+/// node-group file). See docs/configuration.md, "Environment variables".
 #[derive(Debug, Parser)]
 #[command(version, long_version = LONG_VERSION, about)]
 pub struct Cli {

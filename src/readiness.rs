@@ -20,7 +20,7 @@ pub enum Condition {
     Serving,
     /// The cluster view (with `kubernetes.watch`) has listed every kind once; true from the
     /// start without it. Not cleared by a later watch failure: the process still answers
-    /// reads while the view is stale (see the README's "API-server outage").
+    /// reads while the view is stale (see docs/ca-contract.md, "API-server outage").
     Synced,
     /// This replica is the leader. True unless leader election is on and another replica
     /// holds the lease.

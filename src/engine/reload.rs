@@ -103,8 +103,8 @@ impl Engine {
     /// target of every group whose `maxSize` changed (or that is new) with its new maximum.
     /// A target above it is kept, never shrunk: Cluster Autoscaler itself only skips such a
     /// group for scale-up and removes its nodes one by one as they become unneeded (see
-    /// README, "maxSize lowered below the target"). A target that cannot be read now is
-    /// compared on the next call that reads it.
+    /// docs/configuration.md, "Lowering `maxSize` below the target"). A target that cannot
+    /// be read now is compared on the next call that reads it.
     pub(super) async fn check_max_sizes(&self, old: &Loaded, new: &Loaded) {
         let removed: Vec<&str> = old
             .groups

@@ -3,7 +3,7 @@
 //! same port and etcd. The RPCs are called directly (as in `alone.rs`): CA itself cannot run
 //! its loop without the API server, so this checks gangscaler's side only.
 //!
-//! What the README promises ("API-server outage"): reads answer from the last state; `Refresh`
+//! What docs/ca-contract.md promises ("API-server outage"): reads answer from the last state; `Refresh`
 //! stays OK; `NodeGroupIncreaseSize` answers `Unavailable` while the cluster view is stale (no
 //! decision from objects that may be behind, and the kwok backend could not create nodes
 //! anyway); the lifecycle loop records nothing while the view is stale; once the API server is
