@@ -206,7 +206,8 @@ fn resources(spec: &PodSpec, demand: &mut RawDemand, issues: &mut Vec<Issue>) {
     if let Some(overhead) = spec.overhead.as_ref() {
         for (name, q) in overhead {
             let value = milli(q, &format!("spec.overhead.{name}"), issues);
-            *total.entry(name.clone()).or_default() += value;
+            let slot = total.entry(name.clone()).or_default();
+            *slot = slot.saturating_add(value);
         }
     }
     let mut extended = Vec::new();

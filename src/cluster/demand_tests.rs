@@ -81,6 +81,23 @@ fn pod_overhead_is_added_to_the_requests() {
 }
 
 #[test]
+fn an_overhead_past_u64_saturates_instead_of_overflowing() {
+    let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: huge, namespace: default}
+spec:
+  overhead: {cpu: "9223372036854775807"}
+  containers:
+  - name: main
+    image: x
+    resources: {requests: {cpu: "9223372036854775807"}}
+"#;
+    let d = demand_of(yaml, "huge");
+    assert_eq!(d.cpu_milli, u64::MAX, "request plus overhead saturates");
+}
+
+#[test]
 fn resources_given_only_as_limits_are_requested() {
     let d = demand_of(RESOURCES, "gpu-limits-only");
     assert_eq!(d.cpu_milli, 16_000);
