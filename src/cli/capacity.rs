@@ -140,6 +140,11 @@ fn print_table(result: &Capacity, skipped: &[Skipped], view: &GangView) {
     for s in skipped {
         println!("skipped gang {}: {}", s.gang, s.reason);
     }
+    print_view_notes(view);
+}
+
+/// The notes under a report: pending pods of no gang, and the problems the view found.
+pub(super) fn print_view_notes(view: &GangView) {
     if !view.ungrouped_pending.is_empty() {
         println!(
             "{} pending pod(s) belong to no gang (CA's per-pod semantics apply)",

@@ -152,13 +152,5 @@ pub(super) fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluste
             }
         }
     }
-    if !view.ungrouped_pending.is_empty() {
-        println!(
-            "{} pending pod(s) belong to no gang (CA's per-pod semantics apply)",
-            view.ungrouped_pending.len()
-        );
-    }
-    for p in &view.problems {
-        println!("problem: {p}");
-    }
+    capacity::print_view_notes(view);
 }

@@ -282,9 +282,10 @@ async fn fake_api(
     Ok(resp)
 }
 
-#[tokio::test]
-async fn a_node_with_csi_limits_is_unusable_until_its_csinode_exists() {
-    let state = std::sync::Arc::new(std::sync::Mutex::new(FakeApi::default()));
+/// Creates node `g-aaaaa` of a CSI-limited kwok group against the fake API server that
+/// starts as `api`, and returns that server's state.
+async fn create_csi_limited_node(api: FakeApi) -> std::sync::Arc<std::sync::Mutex<FakeApi>> {
+    let state = std::sync::Arc::new(std::sync::Mutex::new(api));
     let shared = state.clone();
     let service = tower::service_fn(move |req| fake_api(shared.clone(), req));
     let client = kube::Client::new(service, "default");
@@ -294,6 +295,12 @@ async fn a_node_with_csi_limits_is_unusable_until_its_csinode_exists() {
     g.backend = BackendSpec::Kwok(spec(&g));
 
     p.create_node(&g, "g-aaaaa").await.unwrap();
+    state
+}
+
+#[tokio::test]
+async fn a_node_with_csi_limits_is_unusable_until_its_csinode_exists() {
+    let state = create_csi_limited_node(FakeApi::default()).await;
 
     let st = state.lock().unwrap();
     assert!(st.csinode, "the CSINode was created");
@@ -319,19 +326,11 @@ async fn a_node_with_csi_limits_is_unusable_until_its_csinode_exists() {
 
 #[tokio::test]
 async fn a_concurrent_change_to_the_node_does_not_fail_the_taint_lift_or_lose_its_taint() {
-    let state = std::sync::Arc::new(std::sync::Mutex::new(FakeApi {
+    let state = create_csi_limited_node(FakeApi {
         races: 3,
         ..FakeApi::default()
-    }));
-    let shared = state.clone();
-    let service = tower::service_fn(move |req| fake_api(shared.clone(), req));
-    let client = kube::Client::new(service, "default");
-    let p = KwokProvisioner::new(client, KubernetesSettings::default(), "gpu.product");
-    let mut g = crate::testing::group("g", 0, 4);
-    g.csi = BTreeMap::from([("ebs.csi.aws.com".to_owned(), 4)]);
-    g.backend = BackendSpec::Kwok(spec(&g));
-
-    p.create_node(&g, "g-aaaaa").await.unwrap();
+    })
+    .await;
 
     let st = state.lock().unwrap();
     assert_eq!(st.conflicts, 3, "every raced patch was refused as stale");
