@@ -90,12 +90,19 @@ async fn ca_scales_gangs_through_cluster_api_survives_kill_9_and_deletes_exactly
     let created = s.create_gang(&GangSpec::new("a", 2)).await;
     s.create_gang(&GangSpec::new("b", 2)).await;
 
-    // kill -9 gangscaler as soon as its first decision is in the audit log: the machines are
-    // then being created, none has booted (the stand-in's boot delay), and CA keeps calling.
+    // kill -9 gangscaler as soon as its first decision is in the audit log and applied to the
+    // MachineDeployment: the machines are then being created, none has booted (the stand-in's
+    // boot delay), and CA keeps calling. The decision is recorded before the replicas are
+    // written; a kill between the two is a known gap (docs/limits.md), not what this tests.
     eventually(
-        "gangscaler decided CA's scale-up of gpu",
+        "gangscaler decided CA's scale-up of gpu and wrote the replicas",
         Duration::from_secs(120),
-        || async { (!s.decisions("gpu").is_empty()).then_some(()) },
+        || async {
+            if s.decisions("gpu").is_empty() {
+                return None;
+            }
+            (replicas(&s.client, "gpu").await >= 2).then_some(())
+        },
     )
     .await;
     s.kill_gangscaler();
