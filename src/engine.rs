@@ -12,7 +12,7 @@ mod decisions;
 mod failed;
 mod reload;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -587,6 +587,15 @@ impl InstanceSource for Engine {
         let deleted = self.failed_ledger().take_deleted(group, &instances);
         instances.extend(deleted);
         Ok(instances)
+    }
+
+    fn reservations(&self) -> BTreeMap<String, crate::model::ReservationSpec> {
+        self.config
+            .load()
+            .groups
+            .iter()
+            .map(|g| (g.id.to_string(), g.reservation))
+            .collect()
     }
 }
 

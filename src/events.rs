@@ -33,6 +33,8 @@ pub const REASON_FAILED: &str = "ScaleUpFailed";
 /// Reason of a warning for a pending gang none of whose members carries a scheduler verdict,
 /// so Cluster Autoscaler, which scales up only for pods marked `Unschedulable`, cannot see it.
 pub const REASON_NOT_SEEN: &str = "GangNotSeenByAutoscaler";
+/// Reason of an event for a gang a node was reserved for.
+pub const REASON_NODE_RESERVED: &str = "NodeReserved";
 /// At most this many gangs get an event per decision.
 const MAX_EVENTS_PER_DECISION: usize = 20;
 

@@ -96,6 +96,13 @@ pub struct GroupLabels {
     pub node_group: String,
 }
 
+/// Labels of the reservation release counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReleaseLabels {
+    /// `formed`, `bookingDeadline`, `ended` or `unclaimed`.
+    pub reason: &'static str,
+}
+
 /// Labels of a scale-up outcome counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScaleUpOutcomeLabels {
@@ -145,6 +152,13 @@ pub struct Metrics {
     pub scale_ups_open: Gauge,
     /// Nodes gangscaler keeps out of CA's scale-down now because their gang is forming.
     pub scale_up_protected_nodes: Gauge,
+    /// Nodes reserved now (carrying the reservation taint, held for a gang or not yet
+    /// assigned).
+    pub reserved_nodes: Gauge,
+    /// Node reservations ended, by reason.
+    pub reservations_released: Family<ReleaseLabels, Counter>,
+    /// Reservation tolerations added to pending gang members.
+    pub reservation_tolerations_added: Counter,
     /// Gangs pending now (fewer than minCount members placed, not reported scheduled).
     pub gangs_pending: Gauge,
     /// Sum over time of pending gangs: gang-seconds spent pending.
@@ -262,6 +276,9 @@ impl Metrics {
             preemptions: Family::default(),
             scale_ups_open: Gauge::default(),
             scale_up_protected_nodes: Gauge::default(),
+            reserved_nodes: Gauge::default(),
+            reservations_released: Family::default(),
+            reservation_tolerations_added: Counter::default(),
             gangs_pending: Gauge::default(),
             gangs_pending_seconds: Counter::default(),
             gangs_without_verdict: Gauge::default(),
@@ -383,6 +400,22 @@ impl Metrics {
             "protected_nodes",
             "nodes kept out of CA's scale-down (scale-down-disabled) while their gang forms",
             self.scale_up_protected_nodes.clone(),
+        );
+        let r = registry.sub_registry_with_prefix("reservation");
+        r.register(
+            "nodes",
+            "nodes carrying the reservation taint now (held for a gang, or not assigned yet)",
+            self.reserved_nodes.clone(),
+        );
+        r.register(
+            "released",
+            "node reservations ended, by reason (formed, bookingDeadline, ended, unclaimed)",
+            self.reservations_released.clone(),
+        );
+        r.register(
+            "tolerations_added",
+            "reservation tolerations added to pending gang members by the lifecycle loop",
+            self.reservation_tolerations_added.clone(),
         );
         let g = registry.sub_registry_with_prefix("gangs");
         g.register(

@@ -7,6 +7,7 @@ pub mod instance;
 pub mod labels;
 pub mod node_group;
 pub mod quantity;
+pub mod reservation;
 pub mod template;
 
 pub use echo::{ECHO_CHARS, Echo, echo};
@@ -20,4 +21,5 @@ pub use node_group::{
     ClusterApiBackendSpec, GpuSpec, KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec,
     RdmaSpec, SimulatedFailure, Taint, TaintEffect, millis,
 };
+pub use reservation::ReservationSpec;
 pub use template::TemplateNode;

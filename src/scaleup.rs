@@ -24,8 +24,11 @@
 //!   [`AuditLog`](crate::audit::AuditLog) (append, then apply) and rebuilds it on restart, so
 //!   no record is written twice or lost.
 //! - [`events`]: the Kubernetes Events each appended record produces. Pure.
+//! - [`reserve`]: which nodes are held for which gang (node reservation: a taint only the
+//!   gang's members tolerate) and why a reservation ends. Pure.
 //! - [`protect`]: which nodes CA's scale-down must leave alone while their gang forms, and
-//!   the node annotations that say so (pure plan, one patch per change).
+//!   the node annotations that say so, with the reservation taint (pure plan, one patch per
+//!   node).
 //! - [`run`]: [`Loop`], the I/O: every `lifecycle.interval` it gathers the facts, reconciles,
 //!   and updates the metrics and events. It lists a group's instances through
 //!   [`InstanceSource`], which the engine implements. From the same gang view it also warns
@@ -40,6 +43,7 @@ pub mod observe;
 pub mod progress;
 pub mod protect;
 pub mod recorder;
+pub mod reserve;
 pub mod run;
 pub mod track;
 

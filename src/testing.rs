@@ -37,6 +37,7 @@ pub fn group(id: &str, min_size: u32, max_size: u32) -> NodeGroupSpec {
         price_per_hour: None,
         backend: memory_backend(Duration::ZERO, Duration::ZERO),
         autoscaling_options: None,
+        reservation: crate::model::ReservationSpec::default(),
         source: format!("{id}.yaml").into(),
     }
 }

@@ -510,6 +510,7 @@ fn lifecycles_killed_mid_write_reach_their_outcome_exactly_once_after_restarts()
                     .entry((o.scale_up_id.clone(), o.gang.clone().unwrap().name))
                     .or_default()
                     .push(o.outcome),
+                Event::Reservation(_) => {}
             }
         }
         assert_eq!(decisions.len(), SCALE_UPS as usize, "kills {kills:?}");
@@ -616,7 +617,7 @@ fn a_restart_resumes_open_scale_ups_without_duplicating_or_dropping_records() {
                 .entry(o.gang.as_ref().unwrap().name.clone())
                 .or_default()
                 .push(o.clone()),
-            Event::Decision(_) => {}
+            Event::Decision(_) | Event::Reservation(_) => {}
         }
     }
     assert_eq!(
@@ -1254,7 +1255,7 @@ fn the_examples_in_the_schema_doc_parse() {
         .skip(1)
         .map(|b| b.split("```").next().unwrap())
         .collect();
-    assert_eq!(blocks.len(), 5);
+    assert_eq!(blocks.len(), 6);
     let mut events = Vec::new();
     for block in blocks {
         let record = Record::parse_line(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
@@ -1266,7 +1267,14 @@ fn the_examples_in_the_schema_doc_parse() {
     }
     assert_eq!(
         events,
-        ["decision", "decision", "phase", "outcome", "outcome"]
+        [
+            "decision",
+            "decision",
+            "phase",
+            "outcome",
+            "outcome",
+            "reservation"
+        ]
     );
 }
 
@@ -1320,4 +1328,21 @@ fn audit_file_mode_defaults_to_owner_only_and_takes_a_quoted_octal_mode() {
         assert_eq!(list[0].value.as_deref(), Some(shown), "{written}");
         assert!(list[0].file.ends_with("provider.yaml"), "{written}");
     }
+}
+
+#[test]
+fn the_reservation_example_names_the_gangs_own_taint_value() {
+    let doc =
+        fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/audit-schema.md")).unwrap();
+    let block = doc
+        .split("```json\n")
+        .find(|b| b.contains("\"event\": \"reservation\""))
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    let shown: serde_json::Value = serde_json::from_str(block).unwrap();
+    let (ns, name) = shown["gang"].as_str().unwrap().split_once('/').unwrap();
+    assert_eq!(
+        shown["value"].as_str().unwrap(),
+        gangscaler::model::reservation::value_for_name(ns, name)
+    );
 }

@@ -2019,3 +2019,50 @@ fn the_identity_placeholder_needs_leader_election_and_belongs_in_the_file_name()
     );
     assert!(e.message.contains("in the file name"), "{e}");
 }
+
+#[test]
+fn reservation_is_inherited_per_field_and_needs_the_lifecycle_loop() {
+    let with_loop = format!(
+        "{PROVIDER}kubernetes: {{watch: true}}\naudit: {{path: audit.jsonl}}\n\
+         defaults: {{reservation: {{enabled: true, bookingDeadline: 5m}}}}\n"
+    );
+    let kwok = gpu_a_plus("backend: {type: kwok}\n");
+    let dir = ConfigDir::new(&with_loop)
+        .group("gpu-a.yaml", &kwok)
+        .group(
+            "gpu-b.yaml",
+            &format!(
+                "{}reservation: {{bookingDeadline: 90s}}\n",
+                kwok.replace("id: gpu-a", "id: gpu-b")
+            ),
+        )
+        .group("cpu.yaml", &GPU_A.replace("id: gpu-a", "id: cpu"));
+    let loaded = dir.load().expect("valid");
+    let a = group(&loaded, "gpu-a").reservation;
+    assert!(a.enabled);
+    assert_eq!(a.booking_deadline, Duration::from_secs(300));
+    let b = group(&loaded, "gpu-b").reservation;
+    assert!(b.enabled, "enabled inherited, deadline overridden");
+    assert_eq!(b.booking_deadline, Duration::from_secs(90));
+    assert!(
+        !group(&loaded, "cpu").reservation.enabled,
+        "a memory group cannot reserve: off when inherited"
+    );
+
+    // Without the lifecycle loop nothing would ever release a reserved node.
+    let errs = ConfigDir::new(&format!(
+        "{PROVIDER}defaults: {{reservation: {{enabled: true}}}}\n"
+    ))
+    .group("gpu-a.yaml", &kwok)
+    .errors();
+    let e = expect_error(&errs, "gpu-a.yaml", "reservation.enabled", Some("true"));
+    assert!(e.message.contains("audit.path and kubernetes.watch"), "{e}");
+    assert_count(&errs, 1);
+
+    // Written on a memory group: an error naming the backend.
+    let errs = ConfigDir::new(&with_loop)
+        .group("gpu-a.yaml", &gpu_a_plus("reservation: {enabled: true}\n"))
+        .errors();
+    let e = expect_error(&errs, "gpu-a.yaml", "reservation.enabled", Some("true"));
+    assert!(e.message.contains("this group's is memory"), "{e}");
+}

@@ -82,6 +82,7 @@ impl Record {
             Event::Decision(d) => &d.node_group,
             Event::Phase(p) => &p.node_group,
             Event::Outcome(o) => &o.node_group,
+            Event::Reservation(r) => &r.node_group,
         }
     }
 
@@ -89,7 +90,7 @@ impl Record {
     /// decision (which may open several: [`DecisionEvent::opened_lifecycles`]).
     pub fn lifecycle(&self) -> Option<(String, Option<GangId>)> {
         match &self.event {
-            Event::Decision(_) => None,
+            Event::Decision(_) | Event::Reservation(_) => None,
             Event::Phase(p) => Some((p.scale_up_id.clone(), p.gang.clone())),
             Event::Outcome(o) => Some((o.scale_up_id.clone(), o.gang.clone())),
         }
@@ -106,6 +107,14 @@ pub enum Event {
     Phase(PhaseEvent),
     /// A terminal outcome was reached.
     Outcome(OutcomeEvent),
+    /// A node was reserved for a gang, or its reservation ended.
+    Reservation(ReservationEvent),
+}
+
+impl From<ReservationEvent> for Event {
+    fn from(e: ReservationEvent) -> Self {
+        Self::Reservation(e)
+    }
 }
 
 impl From<DecisionEvent> for Event {
@@ -409,6 +418,77 @@ impl Phase {
 impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A node's reservation changed: the taint that only one gang's members tolerate was set
+/// (`reserved`) or removed (`released`). Written before the node is patched; a patch that
+/// fails is tried again at the next tick, with its record again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationEvent {
+    /// The node.
+    pub node: String,
+    /// Its node group (its `gangscaler.io/node-group` label; empty when it has none).
+    pub node_group: String,
+    /// `reserved` or `released`.
+    pub action: ReservationAction,
+    /// The gang, `<namespace>/<name>`; empty for a node reserved for no gang yet.
+    pub gang: String,
+    /// The taint value (the gang's hash, or `unassigned`).
+    pub value: String,
+    /// The scale-up that added the node, when known.
+    #[serde(default)]
+    pub scale_up_id: Option<String>,
+    /// Why a reservation ended (`released` only).
+    #[serde(default)]
+    pub reason: Option<ReleaseReason>,
+}
+
+/// What happened to a node's reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ReservationAction {
+    /// The node was reserved for the gang.
+    Reserved,
+    /// The reservation ended.
+    Released,
+}
+
+/// Why a node's reservation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ReleaseReason {
+    /// The gang formed: its members are bound.
+    Formed,
+    /// The node has been Ready for the booking deadline and the gang has not formed.
+    BookingDeadline,
+    /// No open lifecycle reserves for the gang: its scale-up ended (outcome recorded), or
+    /// reservation was turned off for the group.
+    Ended,
+    /// The node was created under reservation for no gang in particular and no reserving
+    /// lifecycle claimed it (its scale-up was for pods outside any gang, or added more nodes
+    /// than its gangs needed).
+    Unclaimed,
+}
+
+impl ReleaseReason {
+    /// Every reason, for metrics and the report.
+    pub const ALL: [Self; 4] = [
+        Self::Formed,
+        Self::BookingDeadline,
+        Self::Ended,
+        Self::Unclaimed,
+    ];
+
+    /// The camelCase name used in metrics labels, audit records and Events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Formed => "formed",
+            Self::BookingDeadline => "bookingDeadline",
+            Self::Ended => "ended",
+            Self::Unclaimed => "unclaimed",
+        }
     }
 }
 

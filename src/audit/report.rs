@@ -33,7 +33,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::record::{Event, GangId, Outcome, Record, elapsed_ms};
+use super::record::{Event, GangId, Outcome, Record, ReleaseReason, ReservationAction, elapsed_ms};
 
 /// A half-open time window `[since, until)` in unix milliseconds; `None` is unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -140,6 +140,11 @@ pub struct Stats {
     pub formation: Percentiles,
     /// Pending time.
     pub pending: Percentiles,
+    /// `reservation` records with action `reserved`: nodes reserved for a gang (a patch
+    /// retried after a failure is recorded, and counted, again).
+    pub reserved: u64,
+    /// `reservation` records with action `released`, by reason; every reason is present.
+    pub released: BTreeMap<&'static str, u64>,
 }
 
 #[derive(Default)]
@@ -154,6 +159,9 @@ impl Acc {
         let s = &mut self.stats;
         for o in Outcome::ALL {
             s.outcomes.entry(o.as_str()).or_insert(0);
+        }
+        for r in ReleaseReason::ALL {
+            s.released.entry(r.as_str()).or_insert(0);
         }
         let succeeded = s
             .outcomes
@@ -357,6 +365,25 @@ impl Report {
             }
             let _ = writeln!(s, "  {group:<18} {}", counts.join(", "));
         }
+        if self.overall.reserved > 0 || self.overall.released.values().any(|n| *n > 0) {
+            let released: Vec<String> = self
+                .overall
+                .released
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(r, n)| format!("{r} {n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "\nreservations: {} nodes reserved; released: {}",
+                self.overall.reserved,
+                if released.is_empty() {
+                    "none".to_owned()
+                } else {
+                    released.join(", ")
+                }
+            );
+        }
         s
     }
 }
@@ -403,6 +430,7 @@ fn lifecycles(records: &[Record]) -> BTreeMap<Key, Lifecycle<'_>> {
                     .or_insert(r.ts_ms);
                 *at = (*at).min(r.ts_ms);
             }
+            Event::Reservation(_) => {}
         }
     }
     for (key, at) in closed {
@@ -459,6 +487,13 @@ fn add(acc: &mut Acc, r: &Record) {
             s.nodes_applied += u64::from(d.applied_delta);
         }
         Event::Phase(_) => {}
+        Event::Reservation(r) => match (r.action, r.reason) {
+            (ReservationAction::Reserved, _) => s.reserved += 1,
+            (ReservationAction::Released, reason) => {
+                let reason = reason.map_or("unknown", ReleaseReason::as_str);
+                *s.released.entry(reason).or_insert(0) += 1;
+            }
+        },
         Event::Outcome(o) => {
             s.terminal += 1;
             *s.outcomes.entry(o.outcome.as_str()).or_insert(0) += 1;

@@ -93,6 +93,10 @@ fn provider_seen(dir: &Path, loaded: &crate::config::Loaded) -> ProviderSeen {
                 id: g.id.to_string(),
                 max_size: g.max_size,
                 csi: g.csi.clone(),
+                reservation: g.reservation.enabled,
+                labels: crate::model::TemplateNode::for_group(g, &p.gpu_label)
+                    .map(|t| t.metadata.labels)
+                    .unwrap_or_default(),
             })
             .collect(),
         protection: off_because.is_none(),

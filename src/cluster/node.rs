@@ -9,7 +9,8 @@ use std::collections::{BTreeSet, HashMap};
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher::Event;
 
-use crate::model::labels::{SCALE_DOWN_DISABLED, SCALE_DOWN_PROTECTED_FOR};
+use crate::model::labels::{NODE_GROUP, SCALE_DOWN_DISABLED, SCALE_DOWN_PROTECTED_FOR};
+use crate::model::reservation::{RESERVATION_TAINT, RESERVED_FOR};
 
 /// The node's `Ready` condition is True.
 pub fn is_node_ready(node: &Node) -> bool {
@@ -31,6 +32,14 @@ pub struct NodeSummary {
     pub scale_down_disabled: bool,
     /// Our scale-down protection marker's value (the scale-up id), if present.
     pub protected_for: Option<String>,
+    /// The value of our reservation taint ([`RESERVATION_TAINT`]), if the node carries it.
+    pub reservation: Option<String>,
+    /// Our [`RESERVED_FOR`] annotation (the gang's `<namespace>/<name>`), if present.
+    pub reserved_for: Option<String>,
+    /// When the `Ready` condition last turned True, unix seconds, while it is True.
+    pub ready_since_unix: Option<i64>,
+    /// The node's `gangscaler.io/node-group` label, if present.
+    pub node_group: Option<String>,
 }
 
 impl NodeSummary {
@@ -47,8 +56,40 @@ impl NodeSummary {
             ready: is_node_ready(node),
             scale_down_disabled: get(SCALE_DOWN_DISABLED).is_some_and(|v| v == "true"),
             protected_for: get(SCALE_DOWN_PROTECTED_FOR).cloned(),
+            reservation: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .and_then(|ts| ts.iter().find(|t| t.key == RESERVATION_TAINT))
+                .map(|t| t.value.clone().unwrap_or_default()),
+            reserved_for: get(RESERVED_FOR).cloned(),
+            ready_since_unix: ready_since_unix(node),
+            node_group: node
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(NODE_GROUP))
+                .cloned(),
         }
     }
+
+    /// The node carries something of ours: the protection marker, the reservation taint or
+    /// its annotation.
+    pub fn ours(&self) -> bool {
+        self.protected_for.is_some() || self.reservation.is_some() || self.reserved_for.is_some()
+    }
+}
+
+/// When the node's `Ready` condition turned True (its `lastTransitionTime`), while True.
+fn ready_since_unix(node: &Node) -> Option<i64> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0.as_second())
 }
 
 /// A [`NodeSummary`] per Node name, as the node watch events left them. A re-list (`Init`,
@@ -58,7 +99,7 @@ impl NodeSummary {
 #[derive(Debug, Default)]
 pub struct NodeTable {
     nodes: HashMap<String, NodeSummary>,
-    /// The nodes carrying our scale-down protection marker.
+    /// The nodes carrying something of ours ([`NodeSummary::ours`]).
     marked: BTreeSet<String>,
     /// The re-list being received (kube's store keeps one always: events between `InitDone`
     /// and the next `Init` that are not list events never reach it).
@@ -78,7 +119,7 @@ impl NodeTable {
             Event::Apply(node) => {
                 if let Some(n) = name(node) {
                     let summary = NodeSummary::of(node);
-                    if summary.protected_for.is_some() {
+                    if summary.ours() {
                         self.marked.insert(n.clone());
                     } else {
                         self.marked.remove(&n);
@@ -102,7 +143,7 @@ impl NodeTable {
                 let relist = std::mem::take(&mut self.relist);
                 self.marked = relist
                     .iter()
-                    .filter(|(_, s)| s.protected_for.is_some())
+                    .filter(|(_, s)| s.ours())
                     .map(|(n, _)| n.clone())
                     .collect();
                 self.nodes = relist;
@@ -115,7 +156,7 @@ impl NodeTable {
         self.nodes.get(name)
     }
 
-    /// The names of the nodes carrying our scale-down protection marker, sorted.
+    /// The names of the nodes carrying something of ours ([`NodeSummary::ours`]), sorted.
     pub fn marked(&self) -> impl Iterator<Item = &str> {
         self.marked.iter().map(String::as_str)
     }

@@ -114,6 +114,16 @@ impl Source {
                     "the memory backend keeps its state inside one process, so each replica would have its own: with leaderElection.enabled use a backend whose state lives in the cluster (kwok, clusterapi)",
                 );
             }
+            if let (Some(g), Some(p)) = (&group, &provider)
+                && g.reservation.enabled
+                && let Some(missing) = reservation_needs(p)
+            {
+                errs.push(
+                    "reservation.enabled",
+                    Some(&Value::Bool(true)),
+                    format!("needs {missing} in provider.yaml: the lifecycle loop assigns each reserved node to its gang and releases it, and without it the nodes would stay reserved for nobody"),
+                );
+            }
             if let Some(g) = &group
                 && let Some(first) = seen.insert(g.id.to_string(), file.clone())
             {
@@ -420,5 +430,18 @@ fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
+    }
+}
+
+/// What node reservation needs of the provider settings and they lack, if anything: the
+/// lifecycle loop (`audit.path` and `kubernetes.watch`) under an admission policy other than
+/// `off`.
+fn reservation_needs(p: &super::ProviderSettings) -> Option<&'static str> {
+    if p.audit.is_none() || !p.kubernetes.watch {
+        Some("audit.path and kubernetes.watch")
+    } else if p.admission_policy == crate::planner::Policy::Off {
+        Some("an admission.policy other than off")
+    } else {
+        None
     }
 }

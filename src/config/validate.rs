@@ -9,6 +9,7 @@ mod leader;
 mod names;
 mod node_group;
 mod provider;
+mod reservation;
 mod server;
 mod template;
 
@@ -30,4 +31,5 @@ pub struct GroupDefaults {
     pub gpu_resource: String,
     pub rdma_bandwidth_resource: String,
     pub backend: Option<Value>,
+    pub reservation: crate::model::ReservationSpec,
 }

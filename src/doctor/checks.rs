@@ -4,6 +4,7 @@
 mod autoscaler;
 mod csi;
 mod lines;
+mod reservation;
 mod traps;
 mod versions;
 
@@ -114,6 +115,7 @@ pub fn report(o: &Observed) -> Report {
         versions::autoscaler(o),
     ];
     rows.extend(csi::rows(o));
+    rows.extend(reservation::rows(o));
     rows.extend(autoscaler::rows(o));
     rows.extend(traps::rows(o, minor));
     let lines = api.map(lines_for);

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::node_group::TaintEffect;
 
 /// Where a gang comes from.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GangRef {
     /// Namespace.

@@ -288,6 +288,8 @@ pub struct NodeGroupSpec {
     pub backend: BackendSpec,
     /// CA option overrides, if any.
     pub autoscaling_options: Option<AutoscalingOptionOverrides>,
+    /// Whether the nodes added for a gang are reserved for it, and for how long.
+    pub reservation: super::reservation::ReservationSpec,
     /// File this group was read from.
     pub source: PathBuf,
 }
@@ -314,7 +316,7 @@ impl NodeGroupSpec {
 }
 
 /// Serde helpers that print durations the way the config accepts them (`"20s"`).
-mod humantime_serde_compat {
+pub(super) mod humantime_serde_compat {
     use std::time::Duration;
 
     use serde::Serializer;

@@ -449,6 +449,7 @@ mod tests {
                 Event::Phase(p) => (r.ts_ms, p.phase.as_str().to_owned()),
                 Event::Outcome(o) => (r.ts_ms, o.outcome.as_str().to_owned()),
                 Event::Decision(_) => (r.ts_ms, "decision".to_owned()),
+                Event::Reservation(_) => (r.ts_ms, "reservation".to_owned()),
             })
             .collect()
     }

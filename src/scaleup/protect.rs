@@ -9,16 +9,20 @@
 //! usual.
 //!
 //! A node that already carries `scale-down-disabled` without our marker is someone else's
-//! decision and is never touched. [`plan`] is pure; [`Marker`] applies its [`Changes`] with
-//! one JSON merge patch per node.
+//! decision and is never touched. The same plan carries node reservation
+//! ([`reserve`](super::reserve)): the reservation taint and its annotation are set and removed
+//! with the protection. [`plan`] is pure; [`Marker`] applies its [`Changes`] with one patch
+//! per node.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams};
 
+use super::reserve::{Hold, ReleaseReason, Wanted};
 use super::track::Open;
 use crate::cluster::{NodeSummary, NodeTable};
+use crate::model::reservation::{RESERVATION_EFFECT, RESERVATION_TAINT, RESERVED_FOR};
 
 pub use crate::model::labels::{SCALE_DOWN_DISABLED, SCALE_DOWN_PROTECTED_FOR as PROTECTED_FOR};
 
@@ -40,7 +44,7 @@ pub fn wanted(
         .collect()
 }
 
-/// What a node carries of the two annotations.
+/// What a node carries of the two annotations and of the reservation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Marks {
     /// Node name.
@@ -49,15 +53,24 @@ pub struct Marks {
     pub disabled: bool,
     /// Our marker's value, if present.
     pub protected_for: Option<String>,
+    /// The reservation taint's value, if present.
+    pub reservation: Option<String>,
+    /// The reservation annotation's value (the gang), if present.
+    pub reserved_for: Option<String>,
 }
 
 impl Marks {
-    /// The marks of the nodes `plan` needs to see for `wanted`: the wanted ones and the ones
-    /// carrying our marker (the others give no change), as the node table has them, sorted by
-    /// name.
-    pub fn for_plan(wanted: &BTreeMap<String, String>, nodes: &NodeTable) -> Vec<Self> {
+    /// The marks of the nodes `plan` needs to see for `wanted` and `holds`: the wanted and
+    /// held ones and the ones carrying something of ours (the others give no change), as the
+    /// node table has them, sorted by name.
+    pub fn for_plan(
+        wanted: &BTreeMap<String, String>,
+        holds: &BTreeMap<String, Hold>,
+        nodes: &NodeTable,
+    ) -> Vec<Self> {
         let names: BTreeSet<&str> = wanted
             .keys()
+            .chain(holds.keys())
             .map(String::as_str)
             .chain(nodes.marked())
             .collect();
@@ -78,6 +91,8 @@ impl Marks {
             name: name.to_owned(),
             disabled: summary.scale_down_disabled,
             protected_for: summary.protected_for.clone(),
+            reservation: summary.reservation.clone(),
+            reserved_for: summary.reserved_for.clone(),
         }
     }
 }
@@ -91,14 +106,74 @@ pub struct Changes {
     pub release: Vec<String>,
     /// Nodes protected by us once the changes are applied.
     pub protected: usize,
+    /// Nodes to reserve (or to reserve for another gang), with their hold.
+    pub hold: Vec<(String, Hold)>,
+    /// Nodes whose reservation ends: (node, the taint value it had, why).
+    pub unhold: Vec<(String, String, ReleaseReason)>,
+    /// Nodes reserved once the changes are applied.
+    pub held: usize,
 }
 
-/// Compares `nodes` with `wanted` (see [`wanted`]). A wanted node that is already disabled
-/// without our marker is left alone; a node with our marker that is no longer wanted (its
-/// scale-up ended, or protection is off) is released. Nodes not in `nodes` are ignored.
-pub fn plan(wanted: &BTreeMap<String, String>, nodes: &[Marks]) -> Changes {
+impl Changes {
+    /// The per-node patches: each node's protection and reservation change, merged.
+    pub fn per_node(&self) -> BTreeMap<&str, NodePatch<'_>> {
+        let mut out: BTreeMap<&str, NodePatch<'_>> = BTreeMap::new();
+        for (node, id) in &self.protect {
+            out.entry(node).or_default().protect = Some(Some(id));
+        }
+        for node in &self.release {
+            out.entry(node).or_default().protect = Some(None);
+        }
+        for (node, hold) in &self.hold {
+            out.entry(node).or_default().hold = Some(Some(hold));
+        }
+        for (node, _, _) in &self.unhold {
+            out.entry(node).or_default().hold = Some(None);
+        }
+        out
+    }
+}
+
+/// One node's change: `None` leaves that part alone, `Some(None)` removes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodePatch<'a> {
+    /// Protect for this scale-up, or release.
+    pub protect: Option<Option<&'a str>>,
+    /// Reserve with this hold, or release.
+    pub hold: Option<Option<&'a Hold>>,
+}
+
+/// Compares `nodes` with `wanted` protection (see [`wanted`]) and `reserve`'s holds. A wanted
+/// node that is already disabled without our marker is left alone; a node with our marker
+/// that is no longer wanted (its scale-up ended, or protection is off) is released. A held
+/// node whose taint or annotation differs from its hold is reserved again; a node with our
+/// taint or annotation that is not held is released when [`Wanted::release_reason`] gives a
+/// reason. Nodes not in `nodes` are ignored.
+pub fn plan(wanted: &BTreeMap<String, String>, reserve: &Wanted, nodes: &[Marks]) -> Changes {
     let mut changes = Changes::default();
     for n in nodes {
+        match reserve.holds.get(&n.name) {
+            Some(h) => {
+                if n.reservation.as_deref() != Some(h.value.as_str())
+                    || n.reserved_for.as_deref() != Some(h.gang.to_string().as_str())
+                {
+                    changes.hold.push((n.name.clone(), h.clone()));
+                }
+                changes.held += 1;
+            }
+            None if n.reservation.is_some() || n.reserved_for.is_some() => {
+                let value = n.reservation.as_deref().unwrap_or_default();
+                match reserve.release_reason(&n.name, value) {
+                    Some(reason) => {
+                        changes
+                            .unhold
+                            .push((n.name.clone(), value.to_owned(), reason));
+                    }
+                    None => changes.held += 1,
+                }
+            }
+            None => {}
+        }
         let ours = n.protected_for.is_some();
         match wanted.get(&n.name) {
             // Disabled without our marker: someone else's decision.
@@ -116,10 +191,30 @@ pub fn plan(wanted: &BTreeMap<String, String>, nodes: &[Marks]) -> Changes {
     changes
 }
 
-/// Applies [`Changes`] to Node objects.
+/// Applies [`Changes`] to Node objects, and the reservation toleration to pods.
 #[derive(Clone)]
 pub struct Marker {
     nodes: Api<Node>,
+    client: kube::Client,
+}
+
+/// Why a node patch failed; the caller retries at its next tick.
+#[derive(Debug, thiserror::Error)]
+pub enum PatchError {
+    /// The API server refused or could not be reached.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// The object changed between the read and the write (the patch carries the
+    /// resourceVersion it read).
+    #[error("{0} changed while its reservation taint or toleration was being written")]
+    Conflict(String),
+}
+
+impl PatchError {
+    /// The node is gone.
+    pub fn not_found(&self) -> bool {
+        matches!(self, Self::Api(kube::Error::Api(e)) if e.code == 404)
+    }
 }
 
 impl std::fmt::Debug for Marker {
@@ -129,27 +224,116 @@ impl std::fmt::Debug for Marker {
 }
 
 impl Marker {
-    /// A marker patching nodes through `client` (needs `patch` on nodes).
+    /// A marker patching nodes through `client` (needs `get` and `patch` on nodes, and on
+    /// pods for [`Marker::tolerate`]).
     pub fn new(client: kube::Client) -> Self {
         Self {
-            nodes: Api::all(client),
+            nodes: Api::all(client.clone()),
+            client,
         }
     }
 
-    /// Marks `node` protected for scale-up `id`, or (with `None`) removes both annotations.
+    /// Adds the toleration of reservation `value` to pod `namespace/name`, unless it has it.
+    /// Reads the pod and writes its whole toleration list back with the resourceVersion read,
+    /// so a concurrent change (another writer adding the same toleration) makes this attempt
+    /// fail rather than duplicate or lose one; the caller retries at its next tick. Existing
+    /// tolerations are sent back unchanged, as the API server requires.
     ///
     /// # Errors
-    /// The API server's error; the caller retries at its next tick.
-    pub async fn set(&self, node: &str, id: Option<&str>) -> Result<(), kube::Error> {
-        let value = |v: &str| id.map(|_| v.to_owned());
-        let patch = serde_json::json!({"metadata": {"annotations": {
-            SCALE_DOWN_DISABLED: value("true"),
-            PROTECTED_FOR: id,
-        }}});
-        self.nodes
+    /// The API server's error, or [`PatchError::Conflict`].
+    pub async fn tolerate(
+        &self,
+        namespace: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<(), PatchError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let pod = pods.get(name).await?;
+        let current = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.clone())
+            .unwrap_or_default();
+        if current.iter().any(|t| {
+            t.key.as_deref() == Some(RESERVATION_TAINT) && t.value.as_deref() == Some(value)
+        }) {
+            return Ok(());
+        }
+        let mut tolerations: Vec<serde_json::Value> = current
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()
+            .map_err(kube::Error::SerdeError)?;
+        tolerations.push(serde_json::json!({
+            "key": RESERVATION_TAINT,
+            "operator": "Equal",
+            "value": value,
+            "effect": RESERVATION_EFFECT.as_str(),
+        }));
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": pod.metadata.resource_version},
+            "spec": {"tolerations": tolerations},
+        });
+        match pods
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(PatchError::Conflict(name.into())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Applies one node's [`NodePatch`] in one JSON merge patch: the protection annotations
+    /// (`scale-down-disabled` and our marker, both set or both removed) and the reservation
+    /// annotation, and, when the reservation changes, the node's taints with ours replaced.
+    /// A taint change reads the node first and sends the resourceVersion it read, so another
+    /// writer's taints are never lost; a conflict is returned, to be retried.
+    ///
+    /// # Errors
+    /// The API server's error, or [`PatchError::Conflict`].
+    pub async fn apply(&self, node: &str, change: NodePatch<'_>) -> Result<(), PatchError> {
+        let mut annotations = serde_json::Map::new();
+        if let Some(id) = change.protect {
+            annotations.insert(SCALE_DOWN_DISABLED.into(), id.map(|_| "true").into());
+            annotations.insert(PROTECTED_FOR.into(), id.into());
+        }
+        let mut patch = serde_json::json!({});
+        if let Some(hold) = change.hold {
+            annotations.insert(RESERVED_FOR.into(), hold.map(|h| h.gang.to_string()).into());
+            let current = self.nodes.get(node).await?;
+            let mut taints: Vec<serde_json::Value> = current
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .filter(|t| t.key != RESERVATION_TAINT)
+                .map(serde_json::to_value)
+                .collect::<Result<_, _>>()
+                .map_err(kube::Error::SerdeError)?;
+            if let Some(h) = hold {
+                taints.push(serde_json::json!({
+                    "key": RESERVATION_TAINT,
+                    "value": h.value,
+                    "effect": RESERVATION_EFFECT.as_str(),
+                }));
+            }
+            patch = serde_json::json!({
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "spec": {"taints": taints},
+            });
+        }
+        patch["metadata"]["annotations"] = annotations.into();
+        match self
+            .nodes
             .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map(|_| ())
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(PatchError::Conflict(node.into())),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -157,6 +341,7 @@ impl Marker {
 mod tests {
     use super::*;
     use crate::audit::Phase;
+    use crate::scaleup::reserve::ReleaseReason;
     use crate::scaleup::test_support::gang;
 
     fn open(id: &str, gang_name: Option<&str>) -> Open {
@@ -178,6 +363,7 @@ mod tests {
             name: name.into(),
             disabled,
             protected_for: protected_for.map(str::to_owned),
+            ..Marks::default()
         }
     }
 
@@ -212,7 +398,7 @@ mod tests {
             marks("b", true, Some("s0")),
             marks("c", false, None),
         ];
-        let c = plan(&w, &nodes);
+        let c = plan(&w, &Wanted::default(), &nodes);
         assert_eq!(c.protect, [("a".to_owned(), "s1".to_owned())]);
         assert_eq!(c.release, ["b"]);
         assert_eq!(c.protected, 1);
@@ -223,7 +409,7 @@ mod tests {
             marks("c", false, None),
         ];
         assert_eq!(
-            plan(&w, &after),
+            plan(&w, &Wanted::default(), &after),
             Changes {
                 protected: 1,
                 ..Changes::default()
@@ -234,28 +420,108 @@ mod tests {
     #[test]
     fn a_node_disabled_by_someone_else_is_never_touched() {
         let w = BTreeMap::from([("a".to_owned(), "s1".to_owned())]);
-        let c = plan(&w, &[marks("a", true, None)]);
+        let c = plan(&w, &Wanted::default(), &[marks("a", true, None)]);
         assert!(c.protect.is_empty() && c.release.is_empty(), "{c:?}");
-        let c = plan(&BTreeMap::new(), &[marks("a", true, None)]);
+        let c = plan(
+            &BTreeMap::new(),
+            &Wanted::default(),
+            &[marks("a", true, None)],
+        );
         assert!(c.release.is_empty(), "not ours to release: {c:?}");
     }
 
     #[test]
     fn our_marker_without_the_ca_annotation_or_for_another_scale_up_is_renewed() {
         let w = BTreeMap::from([("a".to_owned(), "s2".to_owned())]);
-        let c = plan(&w, &[marks("a", true, Some("s1"))]);
+        let c = plan(&w, &Wanted::default(), &[marks("a", true, Some("s1"))]);
         assert_eq!(c.protect, [("a".to_owned(), "s2".to_owned())]);
         let w = BTreeMap::from([("a".to_owned(), "s1".to_owned())]);
-        let c = plan(&w, &[marks("a", false, Some("s1"))]);
+        let c = plan(&w, &Wanted::default(), &[marks("a", false, Some("s1"))]);
         assert_eq!(c.protect, [("a".to_owned(), "s1".to_owned())]);
     }
 
     #[test]
     fn with_nothing_wanted_every_node_we_marked_is_released() {
         let nodes = [marks("a", true, Some("s1")), marks("b", true, Some("s2"))];
-        let c = plan(&BTreeMap::new(), &nodes);
+        let c = plan(&BTreeMap::new(), &Wanted::default(), &nodes);
         assert_eq!(c.release, ["a", "b"]);
         assert_eq!(c.protected, 0);
+    }
+
+    fn hold(gang_name: &str) -> Hold {
+        let gang = crate::model::GangRef::from(&gang(gang_name));
+        Hold {
+            value: crate::model::reservation::value_for(&gang),
+            gang,
+            scale_up_id: "s1".into(),
+            node_group: "h100".into(),
+        }
+    }
+
+    fn reserved(name: &str, value: Option<&str>, gang: Option<&str>) -> Marks {
+        Marks {
+            name: name.into(),
+            reservation: value.map(str::to_owned),
+            reserved_for: gang.map(str::to_owned),
+            ..Marks::default()
+        }
+    }
+
+    #[test]
+    fn a_nodes_protection_and_reservation_change_in_one_patch_and_releases_say_why() {
+        use crate::model::reservation::UNASSIGNED;
+        let a = hold("a");
+        let w = BTreeMap::from([("n1".to_owned(), "s1".to_owned())]);
+        let reserve = Wanted {
+            holds: BTreeMap::from([("n1".to_owned(), a.clone())]),
+            formed: BTreeSet::from([hold("f").value]),
+            complete: true,
+            ..Wanted::default()
+        };
+        let nodes = [
+            reserved("n1", Some(UNASSIGNED), None),
+            reserved("n2", Some(UNASSIGNED), None),
+            reserved("n3", Some(&hold("f").value), Some("ml/f")),
+            reserved("n4", Some(&a.value), Some("ml/a")),
+        ];
+        let c = plan(&w, &reserve, &nodes);
+        assert_eq!(c.hold, [("n1".to_owned(), a.clone())]);
+        assert_eq!(
+            c.unhold,
+            [
+                (
+                    "n2".to_owned(),
+                    UNASSIGNED.to_owned(),
+                    ReleaseReason::Unclaimed
+                ),
+                ("n3".to_owned(), hold("f").value, ReleaseReason::Formed),
+                ("n4".to_owned(), a.value.clone(), ReleaseReason::Ended),
+            ]
+        );
+        assert_eq!((c.held, c.protected), (1, 1));
+        let per_node = c.per_node();
+        assert_eq!(
+            per_node["n1"],
+            NodePatch {
+                protect: Some(Some("s1")),
+                hold: Some(Some(&a)),
+            },
+            "one patch carries both"
+        );
+        assert_eq!(per_node["n2"].hold, Some(None));
+        assert_eq!(per_node["n2"].protect, None, "protection untouched");
+        // Applied: nothing more to do for n1.
+        let after = [Marks {
+            disabled: true,
+            protected_for: Some("s1".into()),
+            ..reserved("n1", Some(&a.value), Some("ml/a"))
+        }];
+        let c = plan(&w, &reserve, &after);
+        assert!(c.hold.is_empty() && c.protect.is_empty(), "{c:?}");
+        assert_eq!(c.held, 1);
+        // A reserved node whose annotation was lost is reserved again.
+        let c = plan(&w, &reserve, &[reserved("n1", Some(&a.value), None)]);
+        assert_eq!(c.hold.len(), 1);
     }
 
     proptest::proptest! {
@@ -293,8 +559,8 @@ mod tests {
                 .map(|(n, id)| (format!("n-{n}"), format!("su-{id}")))
                 .collect();
             all.sort_by(|a, b| a.name.cmp(&b.name));
-            let expected = plan(&wanted, &all);
-            let got = plan(&wanted, &Marks::for_plan(&wanted, &table));
+            let expected = plan(&wanted, &Wanted::default(), &all);
+            let got = plan(&wanted, &Wanted::default(), &Marks::for_plan(&wanted, &BTreeMap::new(), &table));
             proptest::prop_assert_eq!(got, expected);
         }
     }

@@ -41,14 +41,16 @@ use tracing::{debug, error, info, warn};
 use super::events::events_for;
 use super::observe::{Facts, GroupFacts, attributed_nodes, observe};
 use super::progress::{GangProgress, ProgressCache, group_facts, open_gang_progress};
-use super::protect::{Marker, Marks, plan, wanted};
+use super::protect::{Marker, Marks, NodePatch, plan, wanted};
 use super::recorder::{Appended, Recorder};
+use super::reserve::{self, Hold, ReleaseReason};
 use super::track::Open;
-use crate::audit::{Event, Outcome};
+use crate::audit::{Event, Outcome, Record, ReservationAction, ReservationEvent};
 use crate::cluster::{self, ClusterView, Stale, Unseen};
-use crate::events::{EventPublisher, REASON_NOT_SEEN};
-use crate::metrics::{GroupLabels, Metrics, ScaleUpOutcomeLabels};
-use crate::model::{GangRef, Instance};
+use crate::events::{EventPublisher, REASON_NODE_RESERVED, REASON_NOT_SEEN};
+use crate::metrics::{GroupLabels, Metrics, ReleaseLabels, ScaleUpOutcomeLabels};
+use crate::model::reservation::{RESERVATION_TAINT, tolerated, value_for};
+use crate::model::{GangRef, Instance, ReservationSpec};
 
 /// The default of `lifecycle.noVerdictAfter`: how long a whole pending gang may go without a
 /// scheduler verdict on any member before it is reported ([`Loop::with_no_verdict_after`]).
@@ -75,6 +77,12 @@ pub trait InstanceSource: Send + Sync {
     /// [`InstancesError::GroupNotFound`] for a group no longer configured, else
     /// [`InstancesError::Backend`].
     async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError>;
+
+    /// Every configured node group's reservation settings, by id (the live configuration's).
+    /// None by default: a source without node groups reserves nothing.
+    fn reservations(&self) -> BTreeMap<String, ReservationSpec> {
+        BTreeMap::new()
+    }
 }
 
 /// Drives open scale-ups to their outcomes (see the module docs).
@@ -97,6 +105,65 @@ pub struct Loop {
     progress: ProgressCache,
     /// The last tick was skipped because the view was stale.
     paused: bool,
+    /// Pods given the reservation toleration whose change the view has not shown yet.
+    tolerated: BTreeSet<(String, String)>,
+    /// Reservation values of gangs whose lifecycle ended (whether they had formed), kept
+    /// while some node still carries the value, so its release names the right reason.
+    closed: BTreeMap<String, bool>,
+}
+
+/// Most pods given the reservation toleration per tick, so a burst of new gangs does not
+/// flood the API server; the rest follow at the next ticks.
+pub const TOLERATIONS_PER_TICK: usize = 200;
+
+/// The audit record of reserving `node` for `hold`'s gang.
+fn reserved_record(node: &str, group: &str, hold: &Hold) -> ReservationEvent {
+    ReservationEvent {
+        node: node.to_owned(),
+        node_group: if group.is_empty() {
+            hold.node_group.clone()
+        } else {
+            group.to_owned()
+        },
+        action: ReservationAction::Reserved,
+        gang: hold.gang.to_string(),
+        value: hold.value.clone(),
+        scale_up_id: Some(hold.scale_up_id.clone()),
+        reason: None,
+    }
+}
+
+/// The audit record of ending `node`'s reservation with taint `value`.
+fn released_record(
+    node: &str,
+    group: &str,
+    gang: &str,
+    value: &str,
+    reason: ReleaseReason,
+) -> ReservationEvent {
+    ReservationEvent {
+        node: node.to_owned(),
+        node_group: group.to_owned(),
+        action: ReservationAction::Released,
+        gang: gang.to_owned(),
+        value: value.to_owned(),
+        scale_up_id: None,
+        reason: Some(reason),
+    }
+}
+
+/// Counts a node patch that was not applied back into the gauges: the node keeps what it had.
+fn unapplied(protected: &mut usize, held: &mut usize, patch: NodePatch<'_>) {
+    match patch.protect {
+        Some(Some(_)) => *protected = protected.saturating_sub(1),
+        Some(None) => *protected += 1,
+        None => {}
+    }
+    match patch.hold {
+        Some(Some(_)) => *held = held.saturating_sub(1),
+        Some(None) => *held += 1,
+        None => {}
+    }
 }
 
 impl std::fmt::Debug for Loop {
@@ -137,6 +204,8 @@ impl Loop {
             warned: BTreeSet::new(),
             progress: ProgressCache::new(),
             paused: false,
+            tolerated: BTreeSet::new(),
+            closed: BTreeMap::new(),
         }
     }
 
@@ -228,13 +297,14 @@ impl Loop {
         self.metrics
             .scale_ups_open
             .set(i64::try_from(self.recorder.open_count()).unwrap_or(i64::MAX));
-        self.protect_forming(&attributed).await;
+        self.mark_nodes(&attributed, now_ms).await;
+        self.tolerate_members(&view.gangs).await;
     }
 
     /// Gathers the facts of the `open` scale-ups, appends the records that bring them up to
     /// date and accounts for each; returns the nodes each scale-up got.
     async fn follow(
-        &self,
+        &mut self,
         open: &[Open],
         gangs: BTreeMap<GangRef, GangProgress>,
         now_ms: i64,
@@ -286,51 +356,208 @@ impl Loop {
         };
         for a in &appended {
             self.account(a);
+            // A gang whose lifecycle ended after forming: its nodes' reservations end as
+            // `formed`, even when the outcome came in the same tick as the formation.
+            if let Event::Outcome(o) = &a.record.event
+                && let Some(gang) = &o.gang
+            {
+                let value = value_for(&GangRef::from(gang));
+                self.closed.insert(value, o.formed_at_ms.is_some());
+            }
         }
         attributed_nodes(open, &facts)
     }
 
     /// Marks the nodes of scale-ups whose gang lifecycle is still open (after this tick's
-    /// records) and releases the nodes whose scale-up ended. A failed patch is retried at the
-    /// next tick.
-    async fn protect_forming(&self, attributed: &BTreeMap<String, Vec<String>>) {
+    /// records) and releases the nodes whose scale-up ended; reserves the nodes each reserving
+    /// gang holds ([`reserve`](super::reserve)) and releases the others. Each node changes in
+    /// one patch; each reservation change is recorded in the audit log before its patch. A
+    /// failed patch is retried at the next tick.
+    async fn mark_nodes(&mut self, attributed: &BTreeMap<String, Vec<String>>, now_ms: i64) {
         let Some(marker) = &self.marker else {
             return;
         };
-        let wanted = if self.protect {
-            wanted(&self.recorder.open_scale_ups(), attributed)
+        let open = self.recorder.open_scale_ups();
+        let settings = self.instances.reservations();
+        let (mut reserve, carried) = self.view.with_node_table(|nodes| {
+            let carried: BTreeSet<String> = nodes
+                .marked()
+                .filter_map(|n| nodes.get(n)?.reservation.clone())
+                .collect();
+            let w = reserve::wanted(&open, attributed, &settings, nodes, now_ms.div_euclid(1000));
+            (w, carried)
+        });
+        // Gangs closed after forming, while a node still carries their value.
+        self.closed.retain(|value, _| carried.contains(value));
+        reserve.formed.extend(
+            self.closed
+                .iter()
+                .filter(|(_, formed)| **formed)
+                .map(|(value, _)| value.clone()),
+        );
+        let mut wanted = if self.protect {
+            wanted(&open, attributed)
         } else {
             BTreeMap::new()
         };
-        let marks = self
-            .view
-            .with_node_table(|nodes| Marks::for_plan(&wanted, nodes));
-        let changes = plan(&wanted, &marks);
+        // A node booked out is no longer the gang's: CA may take it back.
+        wanted.retain(|node, _| !reserve.booked_out.contains(node));
+        let (changes, seen) = self.view.with_node_table(|nodes| {
+            let marks = Marks::for_plan(&wanted, &reserve.holds, nodes);
+            // Each node's group label and reservation annotation, for the audit records.
+            let seen: BTreeMap<String, (String, String)> = marks
+                .iter()
+                .map(|m| {
+                    let group = nodes.get(&m.name).and_then(|s| s.node_group.clone());
+                    let gang = m.reserved_for.clone();
+                    (
+                        m.name.clone(),
+                        (group.unwrap_or_default(), gang.unwrap_or_default()),
+                    )
+                })
+                .collect();
+            (plan(&wanted, &reserve, &marks), seen)
+        });
         let mut protected = changes.protected;
-        for (node, id) in &changes.protect {
-            match marker.set(node, Some(id)).await {
-                Ok(()) => {
-                    info!(node.name = %node, scale_up.id = %id, "node kept out of scale-down while its gang forms");
-                }
-                Err(e) => {
-                    protected -= 1;
-                    warn!(node.name = %node, scale_up.id = %id, error = %e, "protecting a node from scale-down failed; will retry");
-                }
+        let mut held = changes.held;
+        let holds: BTreeMap<&str, &Hold> =
+            changes.hold.iter().map(|(n, h)| (n.as_str(), h)).collect();
+        let unholds: BTreeMap<&str, (&str, ReleaseReason)> = changes
+            .unhold
+            .iter()
+            .map(|(n, v, r)| (n.as_str(), (v.as_str(), *r)))
+            .collect();
+        for (node, patch) in changes.per_node() {
+            let (group, gang) = seen
+                .get(node)
+                .map_or(("", ""), |(g, a)| (g.as_str(), a.as_str()));
+            // The durable record first: a reservation change is an action on the cluster.
+            let record = match patch.hold {
+                Some(Some(_)) => holds.get(node).map(|h| reserved_record(node, group, h)),
+                Some(None) => unholds
+                    .get(node)
+                    .map(|(v, r)| released_record(node, group, gang, v, *r)),
+                None => None,
+            };
+            if let Some(record) = record
+                && let Err(e) = self.recorder.record(&Record::new(now_ms, record))
+            {
+                self.metrics.audit_append(false);
+                error!(node.name = %node, error = %e, "writing a reservation record failed; the node is left as it is and tried again at the next tick");
+                unapplied(&mut protected, &mut held, patch);
+                continue;
             }
-        }
-        for node in &changes.release {
-            match marker.set(node, None).await {
-                Ok(()) => info!(node.name = %node, "scale-down protection released"),
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
+            match marker.apply(node, patch).await {
+                Ok(()) => self.patched(node, patch, &holds, &unholds),
+                Err(e) if e.not_found() => {}
                 Err(e) => {
-                    protected += 1;
-                    warn!(node.name = %node, error = %e, "releasing a node's scale-down protection failed; will retry");
+                    unapplied(&mut protected, &mut held, patch);
+                    warn!(node.name = %node, error = %e, "changing a node's scale-down protection or reservation failed; will retry");
                 }
             }
         }
         self.metrics
             .scale_up_protected_nodes
             .set(i64::try_from(protected).unwrap_or(i64::MAX));
+        self.metrics
+            .reserved_nodes
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
+    }
+
+    /// Logs, counts and publishes one node patch that was applied.
+    fn patched(
+        &self,
+        node: &str,
+        patch: NodePatch<'_>,
+        holds: &BTreeMap<&str, &Hold>,
+        unholds: &BTreeMap<&str, (&str, ReleaseReason)>,
+    ) {
+        match patch.protect {
+            Some(Some(id)) => {
+                info!(node.name = %node, scale_up.id = %id, "node kept out of scale-down while its gang forms");
+            }
+            Some(None) => info!(node.name = %node, "scale-down protection released"),
+            None => {}
+        }
+        let mut events = Vec::new();
+        match patch.hold {
+            Some(Some(_)) => {
+                if let Some(h) = holds.get(node) {
+                    info!(node.name = %node, gang = %h.gang, scale_up.id = %h.scale_up_id, reservation = %h.value, "node reserved for its gang");
+                    events.push((
+                        h.gang.clone(),
+                        REASON_NODE_RESERVED,
+                        "Normal",
+                        format!(
+                            "node {node} of node group {} (scale-up {}) reserved for this gang: taint {}={}:NoSchedule",
+                            h.node_group, h.scale_up_id, RESERVATION_TAINT, h.value
+                        ),
+                    ));
+                }
+            }
+            Some(None) => {
+                if let Some((value, reason)) = unholds.get(node) {
+                    self.metrics
+                        .reservations_released
+                        .get_or_create(&ReleaseLabels {
+                            reason: reason.as_str(),
+                        })
+                        .inc();
+                    info!(node.name = %node, reservation = %value, reason = reason.as_str(), "node reservation released");
+                }
+            }
+            None => {}
+        }
+        if let Some(publisher) = &self.events
+            && !events.is_empty()
+        {
+            publisher.publish(events);
+        }
+    }
+
+    /// Adds the reservation toleration to the pending members of every pending gang that lack
+    /// it, when some node group reserves: a member tolerates only its own gang's taint value,
+    /// so the toleration is harmless before any node is reserved, and members created without
+    /// the webhook get it here (Kubernetes allows adding tolerations to an existing pod; see
+    /// [`Marker::tolerate`]). At most [`TOLERATIONS_PER_TICK`] pods are patched per tick.
+    async fn tolerate_members(&mut self, gangs: &[Arc<crate::model::Gang>]) {
+        let Some(marker) = &self.marker else {
+            return;
+        };
+        if !self.instances.reservations().values().any(|r| r.enabled) {
+            return;
+        }
+        let mut lacking = Vec::new();
+        for gang in gangs.iter().filter(|g| g.is_pending()) {
+            let value = value_for(&gang.id);
+            for m in gang.unbound() {
+                if !tolerated(&m.demand.tolerations, &value) {
+                    lacking.push((gang.id.namespace.as_str(), m.pod.as_str(), value.clone()));
+                }
+            }
+        }
+        // Pods patched recently whose change the view has not shown yet are not patched again.
+        let now_lacking: BTreeSet<(String, String)> = lacking
+            .iter()
+            .map(|(ns, pod, _)| ((*ns).to_owned(), (*pod).to_owned()))
+            .collect();
+        self.tolerated.retain(|k| now_lacking.contains(k));
+        for (ns, pod, value) in lacking.into_iter().take(TOLERATIONS_PER_TICK) {
+            let key = (ns.to_owned(), pod.to_owned());
+            if self.tolerated.contains(&key) {
+                continue;
+            }
+            match marker.tolerate(ns, pod, &value).await {
+                Ok(()) => {
+                    self.metrics.reservation_tolerations_added.inc();
+                    debug!(pod.namespace = ns, pod.name = pod, reservation = %value, "reservation toleration added");
+                    self.tolerated.insert(key);
+                }
+                Err(e) => {
+                    debug!(pod.namespace = ns, pod.name = pod, error = %e, "adding the reservation toleration failed; will retry");
+                }
+            }
+        }
     }
 
     /// Metrics, log line and events for one appended record.
@@ -459,7 +686,9 @@ pub fn count(m: &Metrics, a: &Appended) {
                 "scale-up ended"
             );
         }
-        Event::Decision(_) => debug!("decision records are not appended by the loop"),
+        Event::Decision(_) | Event::Reservation(_) => {
+            debug!("decision and reservation records are not appended by the reconciler");
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use gangscaler::audit::{Event, Outcome, Phase, Verdict};
+use gangscaler::audit::{Event, Outcome, Phase, ReleaseReason, ReservationAction, Verdict};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, ListParams};
@@ -15,7 +15,8 @@ use kube::api::{Api, ListParams};
 use super::ca_scaleup::assert_ca_made_the_calls;
 use super::harness::{eventually, klog_day_seconds, metric_value};
 use super::scenario::{
-    DRIVER, GangSpec, Group, Row, Scenario, Setup, audit_report, create_gang, create_priority_class,
+    DRIVER, GPU, GangSpec, Group, Row, Scenario, Setup, audit_report, create_gang,
+    create_priority_class,
 };
 use super::{create_dynamic, gang_event};
 
@@ -193,64 +194,377 @@ async fn ca_scale_down_takes_the_nodes_of_a_cancelled_gang_once_its_outcome_is_r
     }
 }
 
+/// The reservation lines of a node-group file in these scenarios.
+pub const RESERVATION: &str = "reservation: {enabled: true, bookingDeadline: 5m}\n";
+
 #[tokio::test]
 #[ignore = "needs e2e binaries: tests/e2e/build.sh"]
 async fn ca_two_gangs_compete_for_one_groups_headroom_and_the_higher_priority_one_goes_first() {
+    two_gangs_compete(false).await;
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn ca_two_gangs_compete_for_one_groups_headroom_with_the_priorities_reversed() {
+    two_gangs_compete(true).await;
+}
+
+/// Two gangs of 4 × 8 GPU compete for a group of at most 4 nodes with reservation on: the
+/// older one is created first; the one with the higher priority (the newer one, or with
+/// `reversed` the older one) is admitted, and the nodes added for it are reserved for it, so
+/// the other never binds there (before reservation the scheduler did bind it there first and
+/// the admitted gang preempted it).
+async fn two_gangs_compete(reversed: bool) {
+    let (old_class, new_class) = if reversed {
+        ("train-high", "train-low")
+    } else {
+        ("train-low", "train-high")
+    };
+    let old_spec = GangSpec::new("old", 4).priority(old_class);
+    let new_spec = GangSpec::new("new", 4).priority(new_class);
+    let (first, second) = if reversed {
+        (&old_spec, &new_spec)
+    } else {
+        (&new_spec, &old_spec)
+    };
     let mut created = None;
-    let lo_spec = GangSpec::new("lo", 4).priority("train-low");
+    let name = if reversed {
+        "ca-compete-rev"
+    } else {
+        "ca-compete"
+    };
     let s = Scenario::start_with(
-        Setup::new("ca-compete", "strict", vec![Group::new("gpu", 4)]),
+        Setup::new(
+            name,
+            "strict",
+            vec![Group::new("gpu", 4).extra(RESERVATION)],
+        ),
         async |client, api| {
             create_priority_class(client, "train-high", 1000).await;
             create_priority_class(client, "train-low", 100).await;
-            // The low-priority gang is older; priority still goes first.
-            create_gang(client, api, &lo_spec).await;
-            created = Some(
-                create_gang(client, api, &GangSpec::new("hi", 4).priority("train-high")).await,
-            );
+            let t = create_gang(client, api, &old_spec).await;
+            let t2 = create_gang(client, api, &new_spec).await;
+            created = Some(if reversed { t } else { t2 });
         },
     )
     .await;
     s.sampler.begin();
     let created = created.unwrap();
-    let hi = s.wait_running("hi", 4, Duration::from_secs(120)).await;
-    let hi_formed = created.elapsed().as_secs_f64();
+    let admitted = s
+        .wait_running(&first.name, 4, Duration::from_secs(120))
+        .await;
+    let formed = created.elapsed().as_secs_f64();
+    let (_, decisions) = assert_ca_made_the_calls(&s, "gpu");
+    let decision = &decisions[0];
+    assert_eq!(decision.gangs.len(), 1, "{decision:?}");
     assert!(
-        s.running("lo").await.is_empty(),
+        decision.gangs[0].gang.name.starts_with(&first.name),
+        "{decision:?}"
+    );
+    assert!(
+        decision
+            .deferred
+            .iter()
+            .any(|d| d.gang.name.starts_with(&second.name)),
+        "{decision:?}"
+    );
+    // The other gang never bound to the reserved nodes: none of its members is bound, and
+    // none was preempted (deleted) on the way.
+    assert!(
+        s.running(&second.name).await.is_empty(),
         "the other gang waits whole"
     );
-    let (_, decisions) = assert_ca_made_the_calls(&s, "gpu");
-    let first = &decisions[0];
-    assert_eq!(first.gangs.len(), 1, "{first:?}");
-    assert!(first.gangs[0].gang.name.starts_with("hi"), "{first:?}");
-    assert!(
-        first.deferred.iter().any(|d| d.gang.name.starts_with("lo")),
-        "{first:?}"
+    assert_eq!(
+        s.recreate_missing_members(second).await,
+        0,
+        "no member of {} was bound to the nodes reserved for {} and preempted",
+        second.name,
+        first.name
     );
-    // The nodes added for hi are not reserved for it: when the scheduler retries lo first
-    // it binds lo there, and hi then preempts lo (whose members are deleted). lo's Job would
-    // recreate them; so does the test.
-    let recreated = s.recreate_missing_members(&lo_spec).await;
-    // hi's job finishes; lo runs on the freed nodes.
+    // Each node was reserved for the admitted gang, and released once it formed.
+    let records = s.records();
+    let reservations: Vec<_> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Reservation(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect();
+    let reserved: std::collections::BTreeSet<&str> = reservations
+        .iter()
+        .filter(|e| e.action == ReservationAction::Reserved)
+        .inspect(|e| assert!(e.gang.ends_with(&format!("/{}", first.name)), "{e:?}"))
+        .map(|e| e.node.as_str())
+        .collect();
+    assert_eq!(
+        reserved,
+        admitted.iter().map(String::as_str).collect(),
+        "{reservations:?}"
+    );
+    eventually(
+        "the reservations released as formed",
+        Duration::from_secs(30),
+        || async {
+            let released = s
+                .records()
+                .iter()
+                .filter(|r| {
+                    matches!(&r.event, Event::Reservation(e)
+                    if e.action == ReservationAction::Released
+                        && e.reason == Some(ReleaseReason::Formed))
+                })
+                .count();
+            (released == 4).then_some(())
+        },
+    )
+    .await;
+    // The admitted gang's job finishes; the other runs on the freed nodes.
     let freed = Instant::now();
-    s.delete_members("hi").await;
-    let lo = s.wait_running("lo", 4, Duration::from_secs(120)).await;
-    let lo_after = freed.elapsed().as_secs_f64();
-    assert_eq!(lo, hi, "lo took the nodes hi freed");
+    s.delete_members(&first.name).await;
+    let other = s
+        .wait_running(&second.name, 4, Duration::from_secs(120))
+        .await;
+    let other_after = freed.elapsed().as_secs_f64();
+    assert_eq!(
+        other, admitted,
+        "the other gang took the nodes the first freed"
+    );
     assert_eq!(
         s.sampler.sample().max_nodes,
         4,
         "never more than the headroom"
     );
-    Row::new(&s, "two gangs, one group's headroom (4 × 8 GPU each, max 4)", "gpu", Some(hi_formed))
-        .outcome("succeeded (hi), then lo")
+    let scenario = if reversed {
+        "two gangs, one group's headroom, reserved; priorities reversed (4 × 8 GPU each, max 4)"
+    } else {
+        "two gangs, one group's headroom, reserved (4 × 8 GPU each, max 4)"
+    };
+    Row::new(&s, scenario, "gpu", Some(formed))
+        .outcome(format!("succeeded ({}), then {}", first.name, second.name))
         .note(format!(
-            "hi (priority 1000) admitted, lo (100, older) deferred; lo Running {lo_after:.1}s after hi finished{}",
-            if recreated > 0 {
-                format!("; the scheduler bound lo to hi's new nodes first and hi preempted it ({recreated} members recreated)")
-            } else {
-                String::new()
+            "{} ({old_class}, older) and {} ({new_class}); {} admitted, its 4 nodes reserved for it and released when it formed; {} never bound there, no member preempted; it ran {other_after:.1}s after {} finished",
+            old_spec.name, new_spec.name, first.name, second.name, first.name
+        ))
+        .record();
+}
+
+/// A DaemonSet on group `gpu`'s nodes, tolerating the GPU taint and, with `tolerates`, the
+/// reservation taint (as docs/reservation.md tells DaemonSets to).
+fn daemon_set(name: &str, tolerates: bool) -> serde_json::Value {
+    let mut tolerations = vec![serde_json::json!({"key": GPU, "operator": "Exists"})];
+    if tolerates {
+        tolerations.push(serde_json::json!({
+            "key": gangscaler::model::reservation::RESERVATION_TAINT,
+            "operator": "Exists",
+            "effect": "NoSchedule",
+        }));
+    }
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "nodeSelector": {"gangscaler.io/node-group": "gpu"},
+                    "tolerations": tolerations,
+                    "containers": [{"name": "agent", "image": "agent",
+                                    "resources": {"requests": {"cpu": "100m"}}}],
+                },
+            },
+        },
+    })
+}
+
+/// The nodes the pods of DaemonSet `name` are bound to.
+async fn ds_nodes(s: &Scenario, name: &str) -> std::collections::BTreeSet<String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(s.client.clone(), "default");
+    pods.list(&ListParams::default().labels(&format!("app={name}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.spec?.node_name)
+        .collect()
+}
+
+/// The reservation taint's value on `node`, if it carries the taint.
+fn reservation_of(node: &Node) -> Option<String> {
+    node.spec
+        .as_ref()?
+        .taints
+        .as_ref()?
+        .iter()
+        .find(|t| t.key == gangscaler::model::reservation::RESERVATION_TAINT)
+        .map(|t| t.value.clone().unwrap_or_default())
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_frees_them() {
+    // Group of 8, whose nodes advertise their RDMA devices 10 minutes late: a gang that needs
+    // RDMA gets its 4 nodes reserved and cannot use them within the test.
+    let mut s = Scenario::start(
+        Setup::new(
+            "ca-reserve-deadline",
+            "strict",
+            vec![
+                Group::new("gpu", 8)
+                    .extra(&format!(
+                        "rdma: {{resourceName: {RDMA}, devices: 8, bandwidthGbps: 3200}}
+                         reservation: {{enabled: true, bookingDeadline: 40s}}
+"
+                    ))
+                    .backend("provisionDelay: 2s, deviceDelay: 10m"),
+            ],
+        )
+        .ca_flag("scale-down-unneeded-time", "4s")
+        .ca_flag("scale-down-delay-after-add", "4s"),
+    )
+    .await;
+    s.sampler.begin();
+    s.create_gang(&GangSpec::new("held", 4).request(RDMA, "1"))
+        .await;
+    let held = eventually(
+        "4 nodes reserved for the gang that cannot use them yet",
+        Duration::from_secs(90),
+        || async {
+            let nodes = s.group_nodes("gpu").await;
+            let values: std::collections::BTreeSet<String> =
+                nodes.iter().filter_map(reservation_of).collect();
+            (nodes.len() == 4
+                && nodes.iter().all(protected)
+                && values.len() == 1
+                && !values.contains(gangscaler::model::reservation::UNASSIGNED))
+            .then(|| {
+                nodes
+                    .iter()
+                    .filter_map(|n| n.metadata.name.clone())
+                    .collect::<std::collections::BTreeSet<String>>()
+            })
+        },
+    )
+    .await;
+    // DaemonSets on the group's nodes: one tolerating the reservation taint runs its pods on
+    // the reserved nodes; one without the toleration gets none there.
+    for (name, tolerates) in [("ds-tolerating", true), ("ds-plain", false)] {
+        create_dynamic(&s.client, daemon_set(name, tolerates)).await;
+    }
+    eventually(
+        "the tolerating DaemonSet's pods on every reserved node",
+        Duration::from_secs(60),
+        || async {
+            let on = ds_nodes(&s, "ds-tolerating").await;
+            (on == held).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        ds_nodes(&s, "ds-plain").await.is_disjoint(&held),
+        "a DaemonSet without the toleration got a pod onto a reserved node"
+    );
+    let value_before: Vec<Option<String>> = s
+        .group_nodes("gpu")
+        .await
+        .iter()
+        .map(reservation_of)
+        .collect();
+    // kill -9 mid-reservation: the restarted replica reads the holds off the nodes and keeps
+    // them (the releases checked at the end are all the deadline's).
+    s.kill_gangscaler();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    s.restart_gangscaler();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let value_after: Vec<Option<String>> = s
+        .group_nodes("gpu")
+        .await
+        .iter()
+        .map(reservation_of)
+        .collect();
+    assert_eq!(
+        value_after, value_before,
+        "the restart kept every reservation"
+    );
+    // A third gang arrives while the reserved nodes are Ready: their taint keeps it off them,
+    // CA's template for the group is clean, so CA asks for nodes for it and it runs on them.
+    let third_created = s.create_gang(&GangSpec::new("third", 4)).await;
+    let third = s.wait_running("third", 4, Duration::from_secs(120)).await;
+    let third_formed = third_created.elapsed().as_secs_f64();
+    assert!(
+        third.is_disjoint(&held),
+        "the third gang ran on nodes reserved for another: {third:?} vs {held:?}"
+    );
+    let (_, decisions) = assert_ca_made_the_calls(&s, "gpu");
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d.gangs.iter().any(|g| g.gang.name.starts_with("third"))),
+        "CA called NodeGroupIncreaseSize for the third gang: {decisions:?}"
+    );
+    // The first gang never forms: 40 s after its nodes became Ready their taint and their
+    // scale-down protection go, and CA scales them down.
+    eventually(
+        "the booking deadline released the reserved nodes",
+        Duration::from_secs(90),
+        || async {
+            let nodes = s.group_nodes("gpu").await;
+            let freed = nodes
+                .iter()
+                .filter(|n| n.metadata.name.as_ref().is_some_and(|m| held.contains(m)))
+                .all(|n| reservation_of(n).is_none() && !protected(n));
+            freed.then_some(())
+        },
+    )
+    .await;
+    let released = Instant::now();
+    eventually(
+        "CA scaled the freed nodes down",
+        Duration::from_secs(120),
+        || async {
+            let names: std::collections::BTreeSet<String> = s
+                .group_nodes("gpu")
+                .await
+                .iter()
+                .filter_map(|n| n.metadata.name.clone())
+                .collect();
+            names.is_disjoint(&held).then_some(())
+        },
+    )
+    .await;
+    let scaled_down = released.elapsed().as_secs_f64();
+    let held_releases: Vec<(String, Option<ReleaseReason>)> = s
+        .records()
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Reservation(e)
+                if e.action == ReservationAction::Released && held.contains(&e.node) =>
+            {
+                Some((e.node.clone(), e.reason))
             }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held_releases.len(), 4, "{held_releases:?}");
+    assert!(
+        held_releases
+            .iter()
+            .all(|(_, r)| *r == Some(ReleaseReason::BookingDeadline)),
+        "each held node released once, by the deadline (none by the restart): {held_releases:?}"
+    );
+    assert!(
+        s.running("third").await.len() == 4,
+        "the third gang kept running"
+    );
+    Row::new(
+        &s,
+        "reserved nodes: a third gang gets its own, the booking deadline (40s) frees the rest",
+        "gpu",
+        Some(third_formed),
+        )
+        .outcome("succeeded (third); held released at its booking deadline")
+        .note(format!(
+            "4 nodes reserved for a gang that could not use them (RDMA 10 min late); the third gang's nodes were new, none of the reserved ones; the reserved nodes lost taint and protection at the deadline and CA removed them {scaled_down:.1}s later"
         ))
         .record();
 }
@@ -422,7 +736,7 @@ async fn ca_driven_scale_up_survives_kill_9_and_the_accounting_agrees_with_the_r
                 p.phase.as_str()
             )),
             Event::Outcome(o) => Some(format!("{}/{:?}/outcome", o.scale_up_id, o.gang)),
-            Event::Decision(_) => None,
+            Event::Decision(_) | Event::Reservation(_) => None,
         })
         .collect();
     let unique: std::collections::BTreeSet<&String> = keys.iter().collect();

@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::GroupDefaults;
 use super::backend::backend;
 use super::names::check_dns_label;
+use super::reservation;
 use super::template;
 use crate::config::MAX_GROUP_SIZE;
 use crate::config::walk::{Errors, Obj};
@@ -50,6 +51,7 @@ pub fn node_group(
     let backend = group_backend(&mut g, file, defaults, errs);
     backend_requirements(&g, backend.as_ref(), capacity.as_ref(), rdma.as_ref(), errs);
     let autoscaling_options = g.obj("autoscalingOptions", errs).map(|o| options(o, errs));
+    let reservation = reservation::group(&mut g, defaults.reservation, backend.as_ref(), errs);
     g.finish(errs);
     Some(NodeGroupSpec {
         id: NodeGroupId::new(id?),
@@ -71,6 +73,7 @@ pub fn node_group(
         price_per_hour,
         backend: backend?,
         autoscaling_options,
+        reservation,
         source: file.to_path_buf(),
     })
 }

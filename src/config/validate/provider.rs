@@ -54,6 +54,7 @@ pub fn provider(
         gpu_resource: labels::DEFAULT_GPU_RESOURCE.to_owned(),
         rdma_bandwidth_resource: labels::DEFAULT_RDMA_BANDWIDTH_RESOURCE.to_owned(),
         backend: None,
+        reservation: crate::model::ReservationSpec::default(),
     };
     if let Some(d) = root.obj("defaults", errs) {
         group_defaults(d, &mut defaults, errs);
@@ -139,6 +140,9 @@ fn group_defaults(mut d: Obj<'_>, defaults: &mut GroupDefaults, errs: &mut Error
     if let Some(b) = d.obj("backend", errs) {
         backend(b, errs);
         defaults.backend = d.raw("backend").cloned();
+    }
+    if let Some(r) = d.obj("reservation", errs) {
+        defaults.reservation = super::reservation::section(r, defaults.reservation, errs).0;
     }
     d.finish(errs);
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::doctor::{
-    Component, CsiDriverSeen, CsiNodeSeen, Found, GroupSeen, NodeSeen, ProviderSeen,
+    Component, CsiDriverSeen, CsiNodeSeen, DaemonSetSeen, Found, GroupSeen, NodeSeen, ProviderSeen,
     SchedulerConfig, ServedVersion,
 };
 
@@ -111,12 +111,18 @@ fn healthy(minor: u32) -> Observed {
         },
         nodes: Ok(vec![node("gpu-0", Some("gpu")), node("cp", None)]),
         csi_nodes: Ok(vec![csi_node("gpu-0", &[("ebs.csi.aws.com", Some(24))])]),
+        daemon_sets: Ok(Vec::new()),
         provider: Some(ProviderSeen {
             dir: "provider-configs".to_owned(),
             groups: vec![GroupSeen {
                 id: "gpu".to_owned(),
                 max_size: 8,
                 csi: BTreeMap::from([("ebs.csi.aws.com".to_owned(), 24)]),
+                reservation: false,
+                labels: BTreeMap::from([
+                    ("gangscaler.io/node-group".to_owned(), "gpu".to_owned()),
+                    ("nvidia.com/gpu.present".to_owned(), "true".to_owned()),
+                ]),
             }],
             protection: true,
             protection_off_because: None,
@@ -786,4 +792,55 @@ fn the_report_sums_its_rows_and_renders_as_table_and_json() {
     );
     assert_eq!(json["lines"]["enable"][0]["component"], "kube-apiserver");
     assert_eq!(report(&healthy(36)).status, Status::Warn);
+}
+
+fn daemon_set(name: &str, selector: &[(&str, &str)], tolerates: bool) -> DaemonSetSeen {
+    DaemonSetSeen {
+        name: format!("kube-system/{name}"),
+        node_selector: selector
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        has_node_affinity: false,
+        tolerates_reservation: tolerates,
+    }
+}
+
+#[test]
+fn daemonsets_that_select_a_reserving_groups_nodes_without_the_toleration_are_an_error() {
+    let mut o = healthy(36);
+    o.daemon_sets = Ok(vec![
+        daemon_set(
+            "nvidia-device-plugin",
+            &[("nvidia.com/gpu.present", "true")],
+            false,
+        ),
+        daemon_set("csi-node", &[], true),
+        daemon_set("cpu-agent", &[("gangscaler.io/node-group", "cpu")], false),
+    ]);
+    assert!(
+        report(&o)
+            .checks
+            .iter()
+            .all(|r| r.id != "reservation/daemonsets"),
+        "no row while no group reserves"
+    );
+    o.provider.as_mut().unwrap().groups[0].reservation = true;
+    let r = row(&o, "reservation/daemonsets");
+    assert_eq!(r.status, Status::Error, "{r:?}");
+    assert!(
+        r.found
+            .contains("kube-system/nvidia-device-plugin (groups gpu)"),
+        "{r:?}"
+    );
+    assert!(!r.found.contains("csi-node"), "it tolerates: {r:?}");
+    assert!(
+        !r.found.contains("cpu-agent"),
+        "it selects other nodes: {r:?}"
+    );
+    assert!(r.action.contains("operator: Exists"), "{r:?}");
+    o.daemon_sets = Ok(vec![daemon_set("nvidia-device-plugin", &[], true)]);
+    assert_eq!(status(&o, "reservation/daemonsets"), Status::Ok);
+    o.daemon_sets = Err("forbidden".to_owned());
+    assert_eq!(status(&o, "reservation/daemonsets"), Status::Unknown);
 }

@@ -14,6 +14,7 @@ use super::{
     CONTROLLER_ATTACH_ANNOTATION, CSI_STARTUP_TAINT, KWOK_NODE_ANNOTATION, KwokProvisioner,
     MANAGED_BY, MANAGED_BY_LABEL, MAX_CONFLICT_RETRIES, provider_id, spec,
 };
+use crate::model::reservation::{RESERVATION_EFFECT, RESERVATION_TAINT, UNASSIGNED};
 use crate::model::{NodeGroupId, NodeGroupSpec, TemplateNode, labels};
 use crate::provision::{Error, Result};
 
@@ -106,7 +107,8 @@ impl KwokProvisioner {
         })
     }
 
-    /// Creates the Node (idempotent by name) and its CSINode. A group with CSI limits gets its
+    /// Creates the Node (idempotent by name) and its CSINode; a group with reservation on gets
+    /// its Node under the reservation taint, [`UNASSIGNED`]. A group with CSI limits gets its
     /// Node under [`CSI_STARTUP_TAINT`], lifted only once the CSINode exists: the scheduler
     /// sets no attach limit on a node without a CSINode, and a Node that reports no Ready
     /// condition yet is schedulable at once (the node lifecycle controller lifts the not-ready
@@ -114,6 +116,18 @@ impl KwokProvisioner {
     /// more volumes than the limit allows.
     pub(super) async fn create_node(&self, group: &NodeGroupSpec, name: &str) -> Result<()> {
         let mut node = self.node_object(group, name)?;
+        // Reserved from registration: no pod lands before the lifecycle loop assigns the node
+        // to the gang it was added for (or releases it).
+        if group.reservation.enabled
+            && let Some(spec) = node.spec.as_mut()
+        {
+            spec.taints.get_or_insert_with(Vec::new).push(K8sTaint {
+                key: RESERVATION_TAINT.to_owned(),
+                value: Some(UNASSIGNED.to_owned()),
+                effect: RESERVATION_EFFECT.as_str().to_owned(),
+                ..K8sTaint::default()
+            });
+        }
         if !group.csi.is_empty()
             && let Some(spec) = node.spec.as_mut()
         {

@@ -1,0 +1,438 @@
+//! Which nodes are held for which gang now: the pure half of node reservation (see
+//! [`crate::model::reservation`] and `docs/reservation.md`).
+//!
+//! A gang lifecycle *reserves* while it is open, its group has reservation on, and its gang has
+//! not formed. Each reserving lifecycle holds up to its gang's node count (`gangs[].nodes` of
+//! the decision; all of its scale-up's nodes when the scale-up was for that gang alone and the
+//! count is unknown), chosen in this order:
+//! 1. nodes whose reservation taint already names the gang: the state lives on the Node, so a
+//!    restarted or newly elected replica keeps what is held and two scale-ups of one group
+//!    that swap nodes in attribution do not move a reservation;
+//! 2. then the nodes attributed to its scale-up ([`attributed_nodes`](super::observe::attributed_nodes)),
+//!    by name, that no other gang holds;
+//! 3. then, still short, the nodes attributed to its group's other reserving scale-ups that
+//!    no gang holds (attribution may swap nodes between two scale-ups of one group while
+//!    their holds stay put). Nodes of scale-ups that reserve nothing (pods outside any gang)
+//!    are never taken.
+//!
+//! A node whose `Ready` condition turned True `bookingDeadline` or longer ago is *booked out*:
+//! it is held no longer, and (see [`Wanted::booked_out`]) it loses its scale-down protection
+//! too, so CA may remove it if the gang never used it. Every other node carrying the taint is
+//! released, with a [`ReleaseReason`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::track::Open;
+use crate::audit::Phase;
+pub use crate::audit::ReleaseReason;
+use crate::cluster::NodeTable;
+use crate::model::reservation::{UNASSIGNED, value_for};
+use crate::model::{GangRef, ReservationSpec};
+
+/// A node held for a gang.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// The taint value ([`value_for`] of the gang).
+    pub value: String,
+    /// The gang (`<namespace>/<name>` is the node's annotation).
+    pub gang: GangRef,
+    /// The scale-up the node was added by.
+    pub scale_up_id: String,
+    /// Its node group.
+    pub node_group: String,
+}
+
+/// What reservation wants this tick.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Wanted {
+    /// Node → the gang it is held for.
+    pub holds: BTreeMap<String, Hold>,
+    /// Nodes of reserving lifecycles past their booking deadline: neither held nor protected.
+    pub booked_out: BTreeSet<String>,
+    /// Taint values of the gangs whose lifecycle is open in a reserving group and formed.
+    pub formed: BTreeSet<String>,
+    /// Every reserving lifecycle's scale-up had its nodes attributed this tick. When not (a
+    /// backend could not list its instances), nodes under [`UNASSIGNED`] are kept, not
+    /// released: one of them may be that scale-up's.
+    pub complete: bool,
+}
+
+impl Wanted {
+    /// Why the reservation with taint `value` on `node`, not held any more, ends; `None` when
+    /// it must stay for now (an [`UNASSIGNED`] node while attribution is incomplete).
+    pub fn release_reason(&self, node: &str, value: &str) -> Option<ReleaseReason> {
+        if self.booked_out.contains(node) {
+            Some(ReleaseReason::BookingDeadline)
+        } else if self.formed.contains(value) {
+            Some(ReleaseReason::Formed)
+        } else if value == UNASSIGNED {
+            self.complete.then_some(ReleaseReason::Unclaimed)
+        } else {
+            Some(ReleaseReason::Ended)
+        }
+    }
+}
+
+/// The holds of every reserving lifecycle in `open` (see the module docs). `settings` are the
+/// node groups' reservation settings by id (a group missing there reserves nothing);
+/// `attributed` the nodes each scale-up got; `now_unix` the wall clock in seconds.
+pub fn wanted(
+    open: &[Open],
+    attributed: &BTreeMap<String, Vec<String>>,
+    settings: &BTreeMap<String, ReservationSpec>,
+    nodes: &NodeTable,
+    now_unix: i64,
+) -> Wanted {
+    let mut w = Wanted {
+        complete: true,
+        ..Wanted::default()
+    };
+    let mut gangs_per_scale_up: BTreeMap<&str, u32> = BTreeMap::new();
+    // (requested at, scale-up, gang) → (lifecycle, value, deadline seconds)
+    let mut reserving = BTreeMap::new();
+    for o in open {
+        let (Some(gang), Some(spec)) = (&o.gang, settings.get(&o.node_group)) else {
+            continue;
+        };
+        *gangs_per_scale_up.entry(&o.scale_up_id).or_default() += 1;
+        if !spec.enabled {
+            continue;
+        }
+        let value = value_for(&GangRef::from(gang));
+        if o.phase >= Phase::GangFormed {
+            w.formed.insert(value);
+            continue;
+        }
+        w.complete &= attributed.contains_key(&o.scale_up_id);
+        let deadline = i64::try_from(spec.booking_deadline.as_secs()).unwrap_or(i64::MAX);
+        reserving.insert(
+            (o.requested_at_ms, o.scale_up_id.as_str(), gang),
+            (o, value, deadline),
+        );
+    }
+    let booked = |name: &str, deadline: i64| {
+        nodes
+            .get(name)
+            .and_then(|s| s.ready_since_unix)
+            .is_some_and(|t| t.saturating_add(deadline) <= now_unix)
+    };
+    for (o, _, deadline) in reserving.values() {
+        for name in attributed.get(&o.scale_up_id).into_iter().flatten() {
+            if booked(name, *deadline) {
+                w.booked_out.insert(name.clone());
+            }
+        }
+    }
+    let hold = |o: &Open, value: &str| Hold {
+        value: value.to_owned(),
+        gang: o.gang.as_ref().map(GangRef::from).unwrap_or_default(),
+        scale_up_id: o.scale_up_id.clone(),
+        node_group: o.node_group.clone(),
+    };
+    // 1. What the nodes already hold for a reserving gang stays held.
+    let by_value: BTreeMap<&str, (&Open, i64)> = reserving
+        .values()
+        .map(|(o, v, d)| (v.as_str(), (*o, *d)))
+        .collect();
+    let mut have: BTreeMap<&str, u32> = BTreeMap::new();
+    for name in nodes.marked() {
+        let Some(value) = nodes.get(name).and_then(|s| s.reservation.as_deref()) else {
+            continue;
+        };
+        let Some(&(o, deadline)) = by_value.get(value) else {
+            continue;
+        };
+        if booked(name, deadline) {
+            w.booked_out.insert(name.to_owned());
+            continue;
+        }
+        w.holds.insert(name.to_owned(), hold(o, value));
+        *have.entry(value).or_default() += 1;
+    }
+    // 2. Then each reserving gang, in request order, takes its scale-up's nodes by name.
+    let needs = |o: &Open| {
+        if o.gang_nodes > 0 {
+            o.gang_nodes
+        } else if gangs_per_scale_up.get(o.scale_up_id.as_str()) == Some(&1) {
+            u32::MAX
+        } else {
+            0
+        }
+    };
+    for (o, value, _) in reserving.values() {
+        let need = needs(o);
+        let had = have.entry(value.as_str()).or_default();
+        let mut names: Vec<&String> = attributed
+            .get(&o.scale_up_id)
+            .into_iter()
+            .flatten()
+            .collect();
+        names.sort();
+        for name in names {
+            if *had >= need {
+                break;
+            }
+            if w.holds.contains_key(name) || w.booked_out.contains(name) {
+                continue;
+            }
+            // Held for a gang that is still reserving is kept above; a value no reserving
+            // gang has (an ended one) is free to take.
+            if nodes.get(name).is_none() {
+                continue;
+            }
+            w.holds.insert(name.clone(), hold(o, value));
+            *had += 1;
+        }
+    }
+    // 3. A gang still short takes the nodes of its group's other reserving scale-ups that no
+    //    gang holds (attribution swapped nodes between two scale-ups whose holds stayed put).
+    let mut spare: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
+    for (o, _, _) in reserving.values() {
+        for name in attributed.get(&o.scale_up_id).into_iter().flatten() {
+            if !w.holds.contains_key(name)
+                && !w.booked_out.contains(name)
+                && nodes.get(name).is_some()
+            {
+                spare.entry(o.node_group.as_str()).or_default().push(name);
+            }
+        }
+    }
+    for list in spare.values_mut() {
+        list.sort();
+        list.dedup();
+    }
+    for (o, value, _) in reserving.values() {
+        let need = needs(o);
+        let had = have.entry(value.as_str()).or_default();
+        let Some(list) = spare.get_mut(o.node_group.as_str()) else {
+            continue;
+        };
+        while *had < need && !list.is_empty() {
+            let name = list.remove(0);
+            w.holds.insert(name.clone(), hold(o, value));
+            *had += 1;
+        }
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Node;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+    use crate::model::reservation::RESERVATION_TAINT;
+    use crate::scaleup::test_support::gang;
+
+    const NOW: i64 = 10_000;
+
+    fn open(id: &str, at_ms: i64, gang_name: &str, gang_nodes: u32, phase: Phase) -> Open {
+        Open {
+            scale_up_id: id.into(),
+            node_group: "h100".into(),
+            gang: Some(gang(gang_name)),
+            nodes: gang_nodes,
+            gang_nodes,
+            phase,
+            requested_at_ms: at_ms,
+            formed_at_ms: None,
+            attached_at_ms: None,
+        }
+    }
+
+    /// A node Ready since `ready_since` (unix seconds), with the reservation taint `value`.
+    fn node(name: &str, ready_since: i64, value: Option<&str>) -> Node {
+        let taints: Vec<_> = value
+            .map(|v| serde_json::json!({"key": RESERVATION_TAINT, "value": v, "effect": "NoSchedule"}))
+            .into_iter()
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{
+                "type": "Ready", "status": "True",
+                "lastTransitionTime": jiff::Timestamp::from_second(ready_since).unwrap().to_string(),
+            }]},
+        }))
+        .unwrap()
+    }
+
+    fn table(nodes: Vec<Node>) -> NodeTable {
+        let mut t = NodeTable::new();
+        for n in nodes {
+            t.apply(&Event::Apply(n));
+        }
+        t
+    }
+
+    fn settings(enabled: bool) -> BTreeMap<String, ReservationSpec> {
+        BTreeMap::from([(
+            "h100".to_owned(),
+            ReservationSpec {
+                enabled,
+                booking_deadline: Duration::from_secs(600),
+            },
+        )])
+    }
+
+    fn attributed(pairs: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+        pairs
+            .iter()
+            .map(|(id, ns)| {
+                (
+                    (*id).to_owned(),
+                    ns.iter().map(|n| (*n).to_owned()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    fn value(name: &str) -> String {
+        value_for(&GangRef::from(&gang(name)))
+    }
+
+    fn held(w: &Wanted) -> BTreeMap<&str, String> {
+        w.holds
+            .iter()
+            .map(|(n, h)| (n.as_str(), h.gang.to_string()))
+            .collect()
+    }
+
+    fn pairs<'a>(list: &[(&'a str, &str)]) -> BTreeMap<&'a str, String> {
+        list.iter().map(|(n, g)| (*n, (*g).to_owned())).collect()
+    }
+
+    #[test]
+    fn two_gangs_of_one_scale_up_share_its_nodes_by_their_counts_in_request_order() {
+        let mut a = open("s1", 1_000, "a", 2, Phase::NodesReady);
+        let mut b = open("s1", 1_000, "b", 1, Phase::NodesReady);
+        a.nodes = 3;
+        b.nodes = 3;
+        let nodes = table(vec![
+            node("n3", NOW, Some(UNASSIGNED)),
+            node("n1", NOW, Some(UNASSIGNED)),
+            node("n2", NOW, Some(UNASSIGNED)),
+            node("n4", NOW, Some(UNASSIGNED)),
+        ]);
+        let w = wanted(
+            &[b, a],
+            &attributed(&[("s1", &["n3", "n1", "n2", "n4"])]),
+            &settings(true),
+            &nodes,
+            NOW,
+        );
+        assert_eq!(
+            held(&w),
+            pairs(&[("n1", "ml/a"), ("n2", "ml/a"), ("n3", "ml/b")])
+        );
+        assert_eq!(w.holds["n1"].value, value("a"));
+        // n4 is nobody's: released as unclaimed.
+        assert_eq!(
+            w.release_reason("n4", UNASSIGNED),
+            Some(ReleaseReason::Unclaimed)
+        );
+    }
+
+    #[test]
+    fn a_node_already_held_for_a_reserving_gang_stays_with_it_whatever_the_attribution() {
+        // The attribution moved n1 to s2 (two scale-ups of one group); n1's taint names a.
+        let a = open("s1", 1_000, "a", 1, Phase::NodesReady);
+        let b = open("s2", 2_000, "b", 1, Phase::NodesReady);
+        let nodes = table(vec![
+            node("n1", NOW, Some(&value("a"))),
+            node("n2", NOW, Some(UNASSIGNED)),
+        ]);
+        let w = wanted(
+            &[a, b],
+            &attributed(&[("s1", &["n2"]), ("s2", &["n1"])]),
+            &settings(true),
+            &nodes,
+            NOW,
+        );
+        assert_eq!(held(&w), pairs(&[("n1", "ml/a"), ("n2", "ml/b")]));
+    }
+
+    #[test]
+    fn past_the_booking_deadline_a_node_is_neither_held_nor_kept_and_says_why() {
+        let a = open("s1", 1_000, "a", 2, Phase::NodesReady);
+        let nodes = table(vec![
+            node("old", NOW - 600, Some(&value("a"))),
+            node("new", NOW - 599, Some(&value("a"))),
+        ]);
+        let w = wanted(
+            &[a],
+            &attributed(&[("s1", &["old", "new"])]),
+            &settings(true),
+            &nodes,
+            NOW,
+        );
+        assert_eq!(held(&w), pairs(&[("new", "ml/a")]));
+        assert_eq!(w.booked_out, BTreeSet::from(["old".to_owned()]));
+        assert_eq!(
+            w.release_reason("old", &value("a")),
+            Some(ReleaseReason::BookingDeadline)
+        );
+    }
+
+    #[test]
+    fn a_formed_gang_holds_nothing_and_its_nodes_are_released_as_formed() {
+        let a = open("s1", 1_000, "a", 1, Phase::GangFormed);
+        let nodes = table(vec![node("n1", NOW - 9_999, Some(&value("a")))]);
+        let w = wanted(
+            &[a],
+            &attributed(&[("s1", &["n1"])]),
+            &settings(true),
+            &nodes,
+            NOW,
+        );
+        assert!(w.holds.is_empty() && w.booked_out.is_empty(), "{w:?}");
+        assert_eq!(
+            w.release_reason("n1", &value("a")),
+            Some(ReleaseReason::Formed)
+        );
+    }
+
+    #[test]
+    fn with_reservation_off_or_the_lifecycle_closed_nothing_is_held() {
+        let a = open("s1", 1_000, "a", 1, Phase::NodesReady);
+        let nodes = table(vec![node("n1", NOW, Some(&value("a")))]);
+        let att = attributed(&[("s1", &["n1"])]);
+        let w = wanted(&[a], &att, &settings(false), &nodes, NOW);
+        assert!(w.holds.is_empty());
+        assert_eq!(
+            w.release_reason("n1", &value("a")),
+            Some(ReleaseReason::Ended)
+        );
+        let w = wanted(&[], &att, &settings(true), &nodes, NOW);
+        assert!(w.holds.is_empty());
+    }
+
+    #[test]
+    fn unassigned_nodes_stay_while_a_reserving_scale_up_has_no_attribution() {
+        let a = open("s1", 1_000, "a", 1, Phase::InstancesCreated);
+        let nodes = table(vec![node("n1", NOW, Some(UNASSIGNED))]);
+        let w = wanted(&[a], &BTreeMap::new(), &settings(true), &nodes, NOW);
+        assert!(!w.complete);
+        assert_eq!(w.release_reason("n1", UNASSIGNED), None);
+        assert_eq!(
+            w.release_reason("n1", &value("zzz")),
+            Some(ReleaseReason::Ended),
+            "a gang's own reservation whose lifecycle is gone ends regardless"
+        );
+    }
+
+    #[test]
+    fn an_unknown_gang_count_takes_the_whole_scale_up_only_when_it_is_the_only_gang() {
+        let a = open("s1", 1_000, "a", 0, Phase::NodesReady);
+        let nodes = table(vec![node("n1", NOW, None), node("n2", NOW, None)]);
+        let att = attributed(&[("s1", &["n1", "n2"])]);
+        let w = wanted(std::slice::from_ref(&a), &att, &settings(true), &nodes, NOW);
+        assert_eq!(w.holds.len(), 2);
+        let b = open("s1", 1_000, "b", 0, Phase::NodesReady);
+        let w = wanted(&[a, b], &att, &settings(true), &nodes, NOW);
+        assert!(w.holds.is_empty(), "two gangs, counts unknown: {w:?}");
+    }
+}
