@@ -3,10 +3,14 @@
 target/e2e-results/<k8s-minor>.jsonl (one JSON object per scenario run; see
 tests/e2e/scenario.rs, `Row`).
 
-Usage: scripts/e2e-results.py [--command CMD] FILE.jsonl [FILE.jsonl ...] > docs/e2e-results.md
+Usage: scripts/e2e-results.py [--command CMD] [--previous docs/e2e-results.md [--drop SCENARIO]...]
+                              FILE.jsonl [FILE.jsonl ...] > docs/e2e-results.md
 
-A scenario run more than once keeps its last row. The headline is the difference in idle GPU
-node-minutes between `strict` and `off` for every scenario run under both.
+A scenario run more than once keeps its last row. With --previous, the rows of an earlier
+rendering's "Every scenario" table come first (as rounded there), so a run of some scenarios
+updates their rows and keeps the others; --drop removes the earlier rows of a scenario that no
+longer exists under that name. The headline is the difference in idle GPU node-minutes between
+`strict` and `off` for every scenario run under both.
 """
 
 import argparse
@@ -32,13 +36,50 @@ def fmt_s(v):
     return "never" if v is None else f"{v:.1f} s"
 
 
+def parse_s(cell):
+    cell = cell.strip()
+    return None if cell == "never" else float(cell.removesuffix(" s"))
+
+
+def previous_rows(path):
+    """The rows of the "Every scenario" table of an earlier rendering, as JSON rows."""
+    rows = []
+    section = False
+    with open(path) as f:
+        for line in f:
+            if line.startswith("## "):
+                section = line.strip() == "## Every scenario"
+                continue
+            if not section or not line.startswith("| 1."):
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            if len(cells) != 11:
+                sys.exit(f"{path}: a row of {len(cells)} cells, expected 11: {line.strip()}")
+            k8s, ca, scenario, policy, asks, applied, formed, window, idle, outcome, note = cells
+            rows.append({
+                "k8s": k8s, "ca": ca, "scenario": scenario, "policy": policy.strip("`"),
+                "ca_asks": [] if asks == "—" else asks.split(", "),
+                "applied": [] if applied == "—" else [int(a) for a in applied.split(", ")],
+                "formed_s": parse_s(formed), "window_s": parse_s(window),
+                "idle_gpu_node_min": float(idle), "outcome": outcome, "note": note,
+            })
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--command", default="")
     ap.add_argument("--scan-interval", default="2s")
+    ap.add_argument("--previous", help="an earlier docs/e2e-results.md whose rows to keep")
+    ap.add_argument("--drop", action="append", default=[],
+                    help="a scenario name whose earlier rows to drop (repeatable)")
     ap.add_argument("files", nargs="+")
     args = ap.parse_args()
     rows = {}
+    if args.previous:
+        for r in previous_rows(args.previous):
+            if r["scenario"] not in args.drop:
+                rows[(r["k8s"], r["scenario"], r["policy"], r["ca"])] = r
     for path in args.files:
         with open(path) as f:
             for n, line in enumerate(f, 1):

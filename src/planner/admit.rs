@@ -26,10 +26,17 @@
 //!    | Situation | `Strict` | `RoundUp` | `Off` |
 //!    |---|---|---|---|
 //!    | headroom is 0 | reject | reject | reject |
-//!    | no candidate needs nodes | CA's delta | CA's delta | CA's delta |
+//!    | no candidate needs nodes, every one covered here¹, `ungrouped == 0` | reject | CA's delta | CA's delta |
+//!    | no candidate needs nodes (otherwise) | CA's delta | CA's delta | CA's delta |
 //!    | gangs admitted | `max(gang_need, min(ca_delta, gang_need + ungrouped))` | `max(ca_delta, gang_need)` | CA's delta |
 //!    | none admitted, `ungrouped > 0` | `min(ca_delta, ungrouped)` | CA's delta | CA's delta |
 //!    | none admitted, `ungrouped == 0` | reject | CA's delta | CA's delta |
+//!
+//!    ¹ At least one gang is covered by this group's in-flight nodes, and the group's target
+//!    holds them all (`target ≥` their sum): CA asking again for such gangs (they wait on
+//!    something new nodes do not bring, such as a device plugin advertising late) would only
+//!    add idle nodes. A target below the sum means some of those requests never reached the
+//!    backend, and CA's delta applies.
 //!
 //!    Every result is then capped at the headroom (`capped` in the record). `Strict` rounds
 //!    CA's delta up to whole admitted gangs and trims it to what admitted gangs and ungrouped
@@ -132,6 +139,9 @@ pub enum Rule {
     NoGangFitsRoundUp,
     /// No gang fits and nothing else needs the nodes; `Strict` rejected.
     NoGangFits,
+    /// Every pending gang this group can host already has its nodes in flight (the group's
+    /// target holds them), and no ungrouped pod needs one; `Strict` rejected.
+    AllCovered,
 }
 
 impl Rule {
@@ -145,6 +155,7 @@ impl Rule {
             Self::UngroupedOnly => "ungrouped_only",
             Self::NoGangFitsRoundUp => "no_gang_fits_round_up",
             Self::NoGangFits => "no_gang_fits",
+            Self::AllCovered => "all_covered",
         }
     }
 }
@@ -388,11 +399,27 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
     let ca = input.ca_delta;
     let ungrouped = input.ungrouped_nodes;
     let needing = !admitted.is_empty() || !deferred.is_empty();
+    // Covered gangs whose in-flight nodes this group's target already holds: CA asking again
+    // for them (their members wait on something new nodes do not bring, such as a device
+    // plugin advertising late) would only add nodes nobody uses. A target below what the
+    // covered gangs count in flight means some requests never reached the backend (a crash
+    // between the record and the backend call): CA's delta still applies then.
+    let covered_here: u32 = covered
+        .iter()
+        .filter(|c| c.elsewhere.is_none())
+        .map(|c| c.in_flight)
+        .sum();
+    let all_covered = !covered.is_empty()
+        && covered_here > 0
+        && input.target >= covered_here
+        && input.ungrouped_nodes == 0;
 
     let (rule, wanted) = if headroom == 0 {
         (Rule::AtMax, None)
     } else if input.policy == Policy::Off {
         (Rule::Passthrough, Some(ca))
+    } else if !needing && all_covered && input.policy == Policy::Strict {
+        (Rule::AllCovered, None)
     } else if !needing {
         (Rule::NoGangs, Some(ca))
     } else if !admitted.is_empty() {
@@ -524,6 +551,14 @@ fn explain(d: &Decision, no_template: bool) -> String {
             d.max_size,
             d.target,
             deferred_names(d)
+        ),
+        Rule::AllCovered => format!(
+            "rejected: every pending gang this group can host has its nodes in flight ({}; target {}) and no ungrouped pod needs one; CA asked {ca}",
+            names(&d.covered, |c| format!(
+                "{} {} in flight",
+                c.gang, c.in_flight
+            )),
+            d.target
         ),
     };
     if d.capped {

@@ -412,9 +412,8 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
             vec![
                 Group::new("gpu", 8)
                     .extra(&format!(
-                        "rdma: {{resourceName: {RDMA}, devices: 8, bandwidthGbps: 3200}}
-                         reservation: {{enabled: true, bookingDeadline: 40s}}
-"
+                        "rdma: {{resourceName: {RDMA}, devices: 8, bandwidthGbps: 3200}}\n\
+                         reservation: {{enabled: true, bookingDeadline: 40s}}\n"
                     ))
                     .backend("provisionDelay: 2s, deviceDelay: 10m"),
             ],
@@ -546,6 +545,16 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
         })
         .collect();
     assert_eq!(held_releases.len(), 4, "{held_releases:?}");
+    let m = s.gangscaler_metrics().await;
+    assert_eq!(
+        metric_value(
+            &m,
+            "gangscaler_reservation_released_total",
+            &[("reason", "bookingDeadline")]
+        ),
+        Some(4.0),
+        "{m}"
+    );
     assert!(
         held_releases
             .iter()
@@ -564,7 +573,7 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
         )
         .outcome("succeeded (third); held released at its booking deadline")
         .note(format!(
-            "4 nodes reserved for a gang that could not use them (RDMA 10 min late); the third gang's nodes were new, none of the reserved ones; the reserved nodes lost taint and protection at the deadline and CA removed them {scaled_down:.1}s later"
+            "4 nodes (all of the group's) reserved for a gang that could not use them (RDMA 10 min late); CA's ask for it again was rejected (all_covered); kill -9 + restart kept every reservation; a DaemonSet tolerating the taint ran on the reserved nodes, one without did not; the third gang got new nodes, none of the reserved ones; at the deadline the reserved nodes lost taint and protection and CA removed them {scaled_down:.1}s later"
         ))
         .record();
 }

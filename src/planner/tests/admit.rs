@@ -15,6 +15,7 @@ fn whole_node_gang(name: &str, n: usize, min: u32) -> Gang {
         .build()
 }
 
+#[derive(Clone)]
 struct Case {
     id: NodeGroupId,
     shape: NodeShape,
@@ -215,7 +216,9 @@ fn in_flight_nodes_are_subtracted_from_a_gangs_need() {
 }
 
 #[test]
-fn a_gang_covered_by_in_flight_nodes_leaves_cas_delta_alone() {
+fn a_gang_covered_by_in_flight_nodes_the_target_does_not_hold_leaves_cas_delta_alone() {
+    // Target 5 below the 8 in flight: some requests never reached the backend (a crash
+    // between the record and the call); CA's delta still applies.
     let g = whole_node_gang("train", 8, 8);
     let mut c = case(10, 5, 2, vec![g.clone()]);
     c.in_flight = in_flight(&g, 8);
@@ -223,6 +226,30 @@ fn a_gang_covered_by_in_flight_nodes_leaves_cas_delta_alone() {
     assert_eq!((d.rule, d.applied_delta), (Rule::NoGangs, 2));
     assert_eq!(d.covered.len(), 1);
     assert!(d.admitted.is_empty());
+}
+
+#[test]
+fn strict_rejects_a_call_for_gangs_whose_nodes_are_all_in_flight_and_held_by_the_target() {
+    // The gang's 4 nodes are there (target 4) but it cannot use them yet (a late device
+    // plugin): CA asks again; new nodes would only idle.
+    let g = whole_node_gang("train", 4, 4);
+    let mut c = case(8, 4, 4, vec![g.clone()]);
+    c.in_flight = in_flight(&g, 4);
+    let d = c.decide();
+    assert_eq!(
+        (d.rule, d.verdict, d.applied_delta),
+        (Rule::AllCovered, Verdict::Reject, 0)
+    );
+    assert!(
+        d.reason.contains("train") && d.reason.contains("4 in flight"),
+        "{}",
+        d.reason
+    );
+    // roundUp never rejects; with ungrouped pods pending, CA's delta applies as before.
+    let d = c.clone().policy(Policy::RoundUp).decide();
+    assert_eq!((d.rule, d.applied_delta), (Rule::NoGangs, 4));
+    let d = c.clone().ungrouped(1).decide();
+    assert_eq!((d.rule, d.applied_delta), (Rule::NoGangs, 4));
 }
 
 #[test]

@@ -285,6 +285,14 @@ async fn fake_api(
 /// Creates node `g-aaaaa` of a CSI-limited kwok group against the fake API server that
 /// starts as `api`, and returns that server's state.
 async fn create_csi_limited_node(api: FakeApi) -> std::sync::Arc<std::sync::Mutex<FakeApi>> {
+    create_csi_limited_node_with(api, crate::model::ReservationSpec::default()).await
+}
+
+/// [`create_csi_limited_node`] of a group with `reservation`.
+async fn create_csi_limited_node_with(
+    api: FakeApi,
+    reservation: crate::model::ReservationSpec,
+) -> std::sync::Arc<std::sync::Mutex<FakeApi>> {
     let state = std::sync::Arc::new(std::sync::Mutex::new(api));
     let shared = state.clone();
     let service = tower::service_fn(move |req| fake_api(shared.clone(), req));
@@ -293,9 +301,45 @@ async fn create_csi_limited_node(api: FakeApi) -> std::sync::Arc<std::sync::Mute
     let mut g = crate::testing::group("g", 0, 4);
     g.csi = BTreeMap::from([("ebs.csi.aws.com".to_owned(), 4)]);
     g.backend = BackendSpec::Kwok(spec(&g));
+    g.reservation = reservation;
 
     p.create_node(&g, "g-aaaaa").await.unwrap();
     state
+}
+
+#[tokio::test]
+async fn a_reserving_groups_node_registers_unassigned_and_keeps_it_through_the_csi_lift() {
+    use crate::model::reservation::{RESERVATION_TAINT, UNASSIGNED};
+    let on = crate::model::ReservationSpec {
+        enabled: true,
+        ..crate::model::ReservationSpec::default()
+    };
+    let state = create_csi_limited_node_with(FakeApi::default(), on).await;
+    let taints = state.lock().unwrap().node.as_ref().unwrap()["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let reserved: Vec<_> = taints
+        .iter()
+        .filter(|t| t["key"] == RESERVATION_TAINT)
+        .collect();
+    assert_eq!(reserved.len(), 1, "{taints:?}");
+    assert_eq!(reserved[0]["value"], UNASSIGNED);
+    assert_eq!(reserved[0]["effect"], "NoSchedule");
+    assert!(
+        taints.iter().all(|t| t["key"] != CSI_STARTUP_TAINT),
+        "{taints:?}"
+    );
+    // Without reservation, no such taint.
+    let state = create_csi_limited_node(FakeApi::default()).await;
+    let st = state.lock().unwrap();
+    let node = st.node.as_ref().unwrap();
+    assert!(
+        node["spec"]["taints"]
+            .as_array()
+            .is_none_or(|t| t.iter().all(|t| t["key"] != RESERVATION_TAINT)),
+        "{node}"
+    );
 }
 
 #[tokio::test]
