@@ -132,8 +132,12 @@ async fn csi_limits_round_a_gang_up_to_one_member_per_node() {
     );
     let e = engine(h100(16), Policy::Strict, &objects).await;
     assert_eq!(e.increase_size("h100", 1).await.unwrap(), 8);
-    // The gang's need is now in flight: a repeated ask is not rounded up again.
-    assert_eq!(e.increase_size("h100", 1).await.unwrap(), 9);
+    // The gang's need is now in flight and held by the target: a repeated ask adds nothing
+    // (rule all_covered), where it used to add CA's 1 node that no member needed.
+    let err = e.increase_size("h100", 1).await.unwrap_err();
+    assert_eq!(status::code(&err), tonic::Code::FailedPrecondition, "{err}");
+    assert!(err.to_string().contains("in flight"), "{err}");
+    assert_eq!(e.target_size("h100").await.unwrap(), 8);
 }
 
 #[tokio::test]

@@ -293,7 +293,15 @@ async fn two_gangs_compete(reversed: bool) {
     let reserved: std::collections::BTreeSet<&str> = reservations
         .iter()
         .filter(|e| e.action == ReservationAction::Reserved)
-        .inspect(|e| assert!(e.gang.ends_with(&format!("/{}", first.name)), "{e:?}"))
+        // The gang is `default/<name>` (a PodGroup), or `default/<name>/<podGroup>` (a 1.35
+        // Workload's pod group).
+        .inspect(|e| {
+            let gang = format!("default/{}", first.name);
+            assert!(
+                e.gang == gang || e.gang.starts_with(&format!("{gang}/")),
+                "{e:?}"
+            );
+        })
         .map(|e| e.node.as_str())
         .collect();
     assert_eq!(
@@ -463,6 +471,36 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
         ds_nodes(&s, "ds-plain").await.is_disjoint(&held),
         "a DaemonSet without the toleration got a pod onto a reserved node"
     );
+    // gangscaler doctor names the DaemonSet that lacks the toleration, and only it.
+    let out = std::process::Command::new(super::support::gangscaler_bin())
+        .arg("doctor")
+        .arg("--kubeconfig")
+        .arg(&s.cluster.kubeconfig)
+        .arg("--config")
+        .arg(&s.config)
+        .args(["-o", "json"])
+        .env("GANGSCALER_LOG", "warn")
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let row = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "reservation/daemonsets")
+        .unwrap_or_else(|| panic!("no reservation/daemonsets row: {report:#}"))
+        .clone();
+    let found = row["found"].as_str().unwrap();
+    assert_eq!(row["status"], "error", "{row:#}");
+    assert!(
+        found.contains("default/ds-plain") && !found.contains("ds-tolerating"),
+        "{row:#}"
+    );
     let value_before: Vec<Option<String>> = s
         .group_nodes("gpu")
         .await
@@ -573,7 +611,7 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
         )
         .outcome("succeeded (third); held released at its booking deadline")
         .note(format!(
-            "4 nodes (all of the group's) reserved for a gang that could not use them (RDMA 10 min late); CA's ask for it again was rejected (all_covered); kill -9 + restart kept every reservation; a DaemonSet tolerating the taint ran on the reserved nodes, one without did not; the third gang got new nodes, none of the reserved ones; at the deadline the reserved nodes lost taint and protection and CA removed them {scaled_down:.1}s later"
+            "4 nodes (all of the group's) reserved for a gang that could not use them (RDMA 10 min late); CA's ask for it again was rejected (all_covered); kill -9 + restart kept every reservation; a DaemonSet tolerating the taint ran on the reserved nodes, one without did not and doctor named it; the third gang got new nodes, none of the reserved ones; at the deadline the reserved nodes lost taint and protection and CA removed them {scaled_down:.1}s later"
         ))
         .record();
 }
