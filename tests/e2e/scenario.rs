@@ -872,7 +872,9 @@ impl GangSpec {
 }
 
 /// A PersistentVolume of `driver` and a claim pre-bound to it, both named `name` (there is no
-/// provisioner in the test cluster).
+/// provisioner in the test cluster). The volume names its claim too: a volume bound only from
+/// the claim's side is free to the PV controller until that claim is processed, and it once
+/// bound such a volume to the chart's audit claim (which has no storage class here either).
 pub async fn create_volume(client: &kube::Client, name: &str, driver: &str) {
     create_dynamic(
         client,
@@ -880,6 +882,7 @@ pub async fn create_volume(client: &kube::Client, name: &str, driver: &str) {
             "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
             "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                "claimRef": {"namespace": "default", "name": name},
                 "csi": {"driver": driver, "volumeHandle": format!("vol-{name}")}}
         }),
     )
