@@ -3,32 +3,43 @@
 # needs, writes one trace, replays it under each policy in turn (a fresh control plane, CA and
 # gangscaler per policy) and prints the report table. Not part of CI.
 #
-# Usage: scripts/soak.sh [--minutes N] [--policy strict|off|both] [--seed S] [--peak-nodes N]
-#   --minutes     length of each run (default 30)
-#   --policy      admission policy, or both (default both: strict, then off)
-#   --seed        trace seed (default 1)
-#   --peak-nodes  size the trace so the gangs would hold about this many nodes at once
-#                 (default 1000; e.g. 60 for a quick check)
-# Results: target/soak-results/<UTC time>-seed<S>/{trace.jsonl,<policy>/,report.md}.
+# Usage: scripts/soak.sh [--minutes N] [--policy strict|off|reserve|both|all] [--seed S]
+#                       [--peak-nodes N] [--capacity-ratio R] [--provision-seconds S|LO-HI]
+#                       [--stockout P]
+#   --minutes            length of each run (default 30)
+#   --policy             one arm, both (strict, then off) or all (off, strict, then reserve:
+#                        strict with node reservation on); default both
+#   --seed               trace seed (default 1)
+#   --peak-nodes         size the trace so the gangs would hold about this many nodes at once
+#                        (default 1000; e.g. 60 for a quick check)
+#   --capacity-ratio     the fleet's total maxSize over that peak (default 1.2; 0.6 is a fleet
+#                        short of GPUs)
+#   --provision-seconds  a node's provisioning time, or a range drawn per node (default 15)
+#   --stockout           share of instances that fail with a stock-out (default 0)
+# Results: target/soak-results/<UTC time>-seed<S>/{trace.jsonl,<arm>/,report.md}.
 # Cargo and the runs go under `nice -n ${SOAK_NICE:-15}`; set SOAK_NICE=0 on a machine of
 # your own. E2E_KEEP_LOGS=1 keeps each run's control-plane logs (their folder is printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-minutes=30 policy=both seed=1 peak=1000
+minutes=30 policy=both seed=1 peak=1000 ratio=1.2 provision=15 stockout=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) minutes=$2; shift 2 ;;
     --policy) policy=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --peak-nodes) peak=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --capacity-ratio) ratio=$2; shift 2 ;;
+    --provision-seconds) provision=$2; shift 2 ;;
+    --stockout) stockout=$2; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$policy" in
   both) policies="strict off" ;;
-  strict|off|roundUp) policies=$policy ;;
-  *) echo "--policy is strict, off, roundUp or both, not $policy" >&2; exit 2 ;;
+  all) policies="off strict reserve" ;;
+  strict|off|roundUp|reserve) policies=$policy ;;
+  *) echo "--policy is strict, off, roundUp, reserve, both or all, not $policy" >&2; exit 2 ;;
 esac
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/gangscaler/target-soak}
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
@@ -46,13 +57,19 @@ export GANGSCALER_BIN=${GANGSCALER_BIN:-$CARGO_TARGET_DIR/release/gangscaler}
 
 out=target/soak-results/$(date -u +%Y%m%dT%H%M%SZ)-seed$seed
 mkdir -p "$out"
-log "trace: $(python3 tests/soak/trace.py --seed "$seed" --minutes "$minutes" --peak-nodes "$peak" --out "$out/trace.jsonl")"
+log "trace: $(python3 tests/soak/trace.py --seed "$seed" --minutes "$minutes" --peak-nodes "$peak" \
+  --capacity-ratio "$ratio" --provision-seconds "$provision" --stockout "$stockout" \
+  --out "$out/trace.jsonl")"
 failed=0
 dirs=()
 for p in $policies; do
   log "replaying under $p ($minutes min; log $out/$p.log)"
   start=$(date +%s)
-  if SOAK_TRACE=$PWD/$out/trace.jsonl SOAK_POLICY=$p SOAK_RESULTS=$PWD/$out/$p \
+  # The reserve arm is strict with node reservation on in every group.
+  reserve=0 arm_policy=$p
+  if [ "$p" = reserve ]; then reserve=1 arm_policy=strict; fi
+  if SOAK_TRACE=$PWD/$out/trace.jsonl SOAK_POLICY=$arm_policy SOAK_RESERVE=$reserve \
+    SOAK_RESULTS=$PWD/$out/$p \
     "${nice_cmd[@]}" cargo test --all-features --locked --test soak -- --ignored --nocapture \
     >"$out/$p.log" 2>&1; then
     log "$p done in $(( $(date +%s) - start )) s"

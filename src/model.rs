@@ -3,6 +3,7 @@
 
 pub mod echo;
 pub mod gang;
+pub mod hash;
 pub mod instance;
 pub mod labels;
 pub mod node_group;

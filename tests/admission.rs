@@ -344,6 +344,7 @@ async fn failed_instances_ca_deletes_before_the_lifecycle_reads_them_still_reach
         failure: Some(SimulatedFailure {
             after_instances: 0,
             code: ErrorCode::Stockout,
+            per_million: SimulatedFailure::ALWAYS,
         }),
     });
     let objects = gang("train", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z");
@@ -445,6 +446,7 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
                     failure: Some(SimulatedFailure {
                         after_instances: 0,
                         code: ErrorCode::Stockout,
+                        per_million: SimulatedFailure::ALWAYS,
                     }),
                 });
                 a

@@ -1553,19 +1553,85 @@ fn a_kwok_group_reads_its_delays_failure_and_attach_simulation() {
     assert_eq!(kwok.provision_delay, std::time::Duration::from_secs(3));
     assert_eq!(kwok.provision_stagger, std::time::Duration::from_secs(10));
     assert_eq!(
-        kwok.due_times(1_000, 3).collect::<Vec<_>>(),
+        (0..3)
+            .map(|i| kwok.due_at(1_000, i, "gpu-a-x"))
+            .collect::<Vec<_>>(),
         [4_000, 14_000, 24_000],
-        "node i of a request is due delay + i x stagger after it"
+        "node i of a request is due delay + i x stagger after it (no jitter)"
     );
     let failure = kwok.failure.as_ref().expect("failure");
     assert_eq!(failure.after_instances, 2);
     assert_eq!(failure.code.as_str(), "quotaExceeded");
+    assert!(
+        failure.fails("any-name"),
+        "without a probability every instance past afterInstances fails"
+    );
     let attach = kwok.attach.as_ref().expect("attach");
     assert_eq!(attach.delay, std::time::Duration::from_millis(500));
     assert_eq!(
         attach.fail_driver.as_deref(),
         Some("broken.csi.example.com")
     );
+}
+
+/// A config whose group `gpu-a` has `backend` (one YAML line).
+fn kwok_gpu_a(backend: &str) -> ConfigDir {
+    ConfigDir::new(PROVIDER).group("gpu-a.yaml", &gpu_a_plus(backend))
+}
+
+#[test]
+fn a_kwok_group_spreads_provisioning_over_its_jitter_and_stocks_out_a_share() {
+    let loaded = kwok_gpu_a(
+        "backend: {type: kwok, provisionDelay: 60s, provisionJitter: 120s, failure: {probability: 0.25}}\n",
+    )
+    .load()
+    .unwrap_or_else(|e| panic!("{e}"));
+    let BackendSpec::Kwok(kwok) = &loaded.groups[0].backend else {
+        panic!("kwok backend expected")
+    };
+    let delays: Vec<u64> = (0..400)
+        .map(|i| kwok.due_at(0, 0, &format!("gpu-a-{i:05}")))
+        .collect();
+    assert!(
+        delays.iter().all(|d| (60_000..=180_000).contains(d)),
+        "every node within delay + jitter"
+    );
+    let late = delays.iter().filter(|d| **d > 120_000).count();
+    assert!(
+        (140..260).contains(&late),
+        "{late} of 400 in the later half"
+    );
+    assert_eq!(
+        kwok.due_at(0, 0, "gpu-a-00007"),
+        delays[7],
+        "a node's due time is drawn from its name"
+    );
+    let failure = kwok.failure.as_ref().expect("failure");
+    assert_eq!(failure.code.as_str(), "stockout");
+    let failed = (0..400)
+        .filter(|i| failure.fails(&format!("gpu-a-{i:05}")))
+        .count();
+    assert!(
+        (60..140).contains(&failed),
+        "{failed} of 400 failed at 0.25"
+    );
+}
+
+#[test]
+fn a_failure_probability_outside_zero_to_one_is_reported_with_its_value() {
+    for (value, shown) in [("1.5", "1.5"), ("-0.1", "-0.1"), ("often", "\"often\"")] {
+        let errs = kwok_gpu_a(&format!(
+            "backend: {{type: kwok, failure: {{probability: {value}}}}}\n"
+        ))
+        .errors();
+        assert_count(&errs, 1);
+        expect_error(
+            &errs,
+            "gpu-a.yaml",
+            "backend.failure.probability",
+            Some(shown),
+        );
+    }
 }
 
 #[test]

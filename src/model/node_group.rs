@@ -121,14 +121,31 @@ pub struct Taint {
     pub effect: TaintEffect,
 }
 
-/// Stable failure injected by a simulating backend (memory, kwok) after a number of good
-/// instances: a stock-out or quota error, reported as CA expects.
+/// Failure injected by a simulating backend (memory, kwok) after a number of good instances:
+/// a stock-out or quota error, reported as CA expects. Past `after_instances`, every instance
+/// fails, or (kwok) each one with a probability drawn from its name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SimulatedFailure {
     /// Instances that succeed before failures start (counted over the group's lifetime).
     pub after_instances: u32,
     /// The error code reported for failed instances.
     pub code: super::instance::ErrorCode,
+    /// Parts per million of the instances past `after_instances` that fail; `1_000_000`
+    /// fails them all. The kwok backend draws each instance's fate from its name
+    /// ([`super::hash::unit_draw`]), so a restart does not change it.
+    pub per_million: u32,
+}
+
+impl SimulatedFailure {
+    /// Every instance fails once failures start.
+    pub const ALWAYS: u32 = 1_000_000;
+
+    /// Whether the instance `name`, past `after_instances`, fails.
+    pub fn fails(&self, name: &str) -> bool {
+        self.per_million >= Self::ALWAYS
+            || super::hash::unit_draw(name, "failure") * f64::from(Self::ALWAYS)
+                < f64::from(self.per_million)
+    }
 }
 
 /// Settings of the in-memory backend.
@@ -165,6 +182,11 @@ pub struct KwokBackendSpec {
     /// i × provision_stagger` after the request, as a cloud bringing machines up one by one.
     #[serde(with = "humantime_serde_compat")]
     pub provision_stagger: Duration,
+    /// Spread of provisioning times: each node is due up to this much later again, an amount
+    /// drawn from its name (uniform over `[0, provision_jitter]`), as real machines come up
+    /// in minutes that vary. Zero keeps every node on its schedule.
+    #[serde(with = "humantime_serde_compat")]
+    pub provision_jitter: Duration,
     /// How long after a node registers its RDMA resources (devices and bandwidth) appear in
     /// its capacity, as when the RDMA device plugin starts after the node is Ready. Zero
     /// advertises them at once.
@@ -177,11 +199,22 @@ pub struct KwokBackendSpec {
 }
 
 impl KwokBackendSpec {
-    /// When each of `n` nodes requested at `now_ms` (unix milliseconds) is due, in order.
-    pub fn due_times(&self, now_ms: u64, n: u32) -> impl Iterator<Item = u64> + use<> {
-        let first = now_ms.saturating_add(millis(self.provision_delay));
-        let step = millis(self.provision_stagger);
-        (0..u64::from(n)).map(move |i| first.saturating_add(step.saturating_mul(i)))
+    /// When node `name`, the `i`-th (from 0) of a request made at `now_ms` (unix
+    /// milliseconds), is due: `provision_delay + i × provision_stagger` plus its share of
+    /// `provision_jitter`.
+    pub fn due_at(&self, now_ms: u64, i: u32, name: &str) -> u64 {
+        let jitter = millis(self.provision_jitter);
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "a draw in [0, 1) times a millisecond count fits back in u64"
+        )]
+        let extra = (super::hash::unit_draw(name, "provision") * jitter as f64) as u64;
+        now_ms
+            .saturating_add(millis(self.provision_delay))
+            .saturating_add(millis(self.provision_stagger).saturating_mul(u64::from(i)))
+            .saturating_add(extra)
     }
 }
 

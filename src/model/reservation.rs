@@ -67,13 +67,12 @@ pub fn value_for(gang: &GangRef) -> String {
 
 /// [`value_for`] from a namespace and a gang name.
 pub fn value_for_name(namespace: &str, name: &str) -> String {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let hash = namespace
-        .bytes()
-        .chain(std::iter::once(b'/'))
-        .chain(name.bytes())
-        .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME));
+    let hash = super::hash::fnv1a64(
+        namespace
+            .bytes()
+            .chain(std::iter::once(b'/'))
+            .chain(name.bytes()),
+    );
     format!("g-{hash:016x}")
 }
 

@@ -49,7 +49,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use state::{LastKnown, PendingNode};
+use state::LastKnown;
 
 /// Scheme of kwok instance ids: `kwok://<group>/<node name>`.
 pub const PROVIDER_ID_SCHEME: &str = "kwok://";
@@ -127,6 +127,7 @@ fn spec(group: &NodeGroupSpec) -> KwokBackendSpec {
         BackendSpec::Memory(_) | BackendSpec::ClusterApi(_) => KwokBackendSpec {
             provision_delay: Duration::ZERO,
             provision_stagger: Duration::ZERO,
+            provision_jitter: Duration::ZERO,
             device_delay: Duration::ZERO,
             failure: None,
             attach: None,
@@ -213,8 +214,8 @@ impl Provisioner for KwokProvisioner {
     async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
         // A delta past the maximum is refused below whatever the target; computing its due
         // times first would allocate one entry per requested node (up to 2^31).
-        let dues: Vec<u64> = if delta <= group.max_size {
-            spec(group).due_times(now_ms(), delta).collect()
+        let dues = if delta <= group.max_size {
+            state::pending_nodes(group, delta)
         } else {
             Vec::new()
         };
@@ -230,16 +231,11 @@ impl Provisioner for KwokProvisioner {
                     });
                 }
                 r.target = new;
-                for &due in &dues {
-                    r.pending.push(PendingNode {
-                        name: format!("{}-{}", group.id, random_suffix()),
-                        due_unix_ms: due,
-                    });
-                }
+                r.pending.extend(dues.iter().cloned());
                 Ok(())
             })
             .await?;
-        if dues.first().is_some_and(|&due| due <= now_ms()) {
+        if dues.iter().any(|p| p.due_unix_ms <= now_ms()) {
             self.materialize(group).await?;
         }
         Ok(record.target)

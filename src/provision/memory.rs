@@ -103,13 +103,16 @@ impl State {
                 break;
             }
             g.pending.pop_front();
+            let next_name = format!("{}-{:05}", group.id, g.seq + 1);
             let error = settings.failure.as_ref().and_then(|f| {
-                (g.created_total >= f.after_instances).then(|| InstanceError {
-                    code: f.code,
-                    message: format!(
-                        "simulated {} in node group {} after {} instance(s)",
-                        f.code, group.id, f.after_instances
-                    ),
+                (g.created_total >= f.after_instances && f.fails(&next_name)).then(|| {
+                    InstanceError {
+                        code: f.code,
+                        message: format!(
+                            "simulated {} in node group {} after {} instance(s)",
+                            f.code, group.id, f.after_instances
+                        ),
+                    }
                 })
             });
             let inst = new_instance(&group.id, g, created_at, error);
@@ -130,6 +133,7 @@ fn new_instance(
 ) -> MemInstance {
     g.seq += 1;
     g.created_total = g.created_total.saturating_add(1);
+    // The name `advance` drew the instance's failure from.
     let node_name = format!("{group}-{:05}", g.seq);
     MemInstance {
         id: format!("{PROVIDER_ID_SCHEME}{group}/{node_name}"),
@@ -426,6 +430,7 @@ mod tests {
         spec.failure = Some(SimulatedFailure {
             after_instances: 1,
             code: ErrorCode::Stockout,
+            per_million: SimulatedFailure::ALWAYS,
         });
         let g = group(0, 5, spec);
         p.increase(&g, 3).await.unwrap();
@@ -448,6 +453,7 @@ mod tests {
         spec.failure = Some(SimulatedFailure {
             after_instances: 3,
             code: ErrorCode::QuotaExceeded,
+            per_million: SimulatedFailure::ALWAYS,
         });
         let g = group(2, 5, spec);
         p.increase(&g, 2).await.unwrap(); // 2 initial + 1 good + 1 failed

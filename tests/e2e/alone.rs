@@ -51,6 +51,7 @@ fn instant() -> KwokBackendSpec {
     KwokBackendSpec {
         provision_delay: Duration::ZERO,
         provision_stagger: Duration::ZERO,
+        provision_jitter: Duration::ZERO,
         device_delay: Duration::ZERO,
         failure: None,
         attach: None,
@@ -280,6 +281,7 @@ async fn a_stockout_reports_failed_instances_that_delete_removes() {
         failure: Some(SimulatedFailure {
             after_instances: 1,
             code: ErrorCode::Stockout,
+            per_million: SimulatedFailure::ALWAYS,
         }),
         ..instant()
     };

@@ -53,7 +53,7 @@ mod trace;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use scenario::{Group, PROVISION_DELAY, Scenario, Setup};
+use scenario::{Group, Scenario, Setup};
 use support::{create_dynamic, create_gang_object, start_gangscaler, start_gangscaler_with_env};
 
 /// gangscaler's lifecycle settings for the soak: a 2 s loop, and timeouts that end a stuck
@@ -67,6 +67,8 @@ struct Config {
     results: PathBuf,
     minutes: Option<f64>,
     tick: Duration,
+    /// `SOAK_RESERVE=1`: the groups reserve the nodes added for a gang (the third arm).
+    reserve: bool,
 }
 
 impl Config {
@@ -89,25 +91,34 @@ impl Config {
                 var("SOAK_TICK_SECONDS")
                     .map_or(5.0, |s| s.parse().expect("SOAK_TICK_SECONDS is a number")),
             ),
+            reserve: match var("SOAK_RESERVE").as_deref() {
+                None | Some("0") => false,
+                Some("1") => true,
+                Some(other) => panic!("SOAK_RESERVE is 0 or 1, not {other:?}"),
+            },
             policy,
         }
     }
 }
 
-/// The kwok GPU groups of the trace: 8 × H100 nodes due 15 s after the request, the trace's
-/// CSI attach limit with the simulated attacher (1 s), and the pool label gangs select.
-fn groups(trace: &trace::Trace) -> Vec<Group> {
+/// The kwok GPU groups of the trace: 8 × H100 nodes due after the trace's provisioning time
+/// (15 s unless it sets one; drawn per node over its jitter), a share of them stocked out when
+/// the trace says so, the trace's CSI attach limit with the simulated attacher (1 s), and the
+/// pool label gangs select. With `reserve`, nodes added for a gang are reserved for it.
+fn groups(trace: &trace::Trace, reserve: bool) -> Vec<Group> {
     trace
         .header
         .groups
         .iter()
         .map(|g| {
+            let mut extra = format!("labels: {{{}: {}}}", replay::POOL_LABEL, g.pool);
+            if reserve {
+                extra.push_str("\nreservation: {enabled: true, bookingDeadline: 10m}");
+            }
             Group::new(&g.id, g.max_size)
                 .csi(g.csi_limit)
-                .backend(&format!(
-                    "provisionDelay: {PROVISION_DELAY}, attach: {{delay: 1s}}"
-                ))
-                .extra(&format!("labels: {{{}: {}}}", replay::POOL_LABEL, g.pool))
+                .backend(&g.backend_yaml())
+                .extra(&extra)
         })
         .collect()
 }
@@ -124,7 +135,7 @@ async fn soak_replays_the_trace_with_the_real_ca() {
     let minutes = cfg.minutes.unwrap_or(trace.header.minutes);
     std::fs::create_dir_all(&cfg.results).unwrap();
     // CA logs at --v=2 here (the e2e's --v=4 writes gigabytes at a thousand nodes).
-    let setup = Setup::new("soak", &cfg.policy, groups(&trace))
+    let setup = Setup::new("soak", &cfg.policy, groups(&trace, cfg.reserve))
         .lifecycle(LIFECYCLE)
         .ca_flag("v", "2");
     let s = Scenario::start(setup).await;
@@ -155,6 +166,7 @@ async fn soak_replays_the_trace_with_the_real_ca() {
     );
     let results = serde_json::json!({
         "policy": cfg.policy,
+        "reservation": cfg.reserve,
         "k8s": harness::Versions::load().minor,
         "ca": s.ca.version,
         "tracePath": cfg.trace,

@@ -108,6 +108,7 @@ def figures(run_dir):
     binary = res.get("gangscalerBin") or ""
     build = "release" if "/release/" in binary else ("debug" if "/debug/" in binary else binary)
     rows.append(("Run", f"{res['minutes']:g} min, seed {res['seed']}, CA {res['ca']}, k8s {res['k8s']}, gangscaler {build}"))
+    rows.append(("Fleet (capacity ratio; provisioning; stock-out share)", fleet(trace)))
     rows.append(("Gangs arrived / in trace (pods in trace)",
                  f"{len(gangs)} / {trace['gangs']} ({trace['pods']})"))
     errors = sum(1 for g in gangs if g.get("createError"))
@@ -148,6 +149,14 @@ def figures(run_dir):
     rows.append(("Admission decisions: accepted / rejected; nodes CA asked → applied",
                  f"{ov.get('accepted', 0)} / {ov.get('rejected', 0)}; {ov.get('nodesAsked', 0)} → {ov.get('nodesApplied', 0)}"))
 
+    reserved = ov.get("reserved", 0)
+    released = ", ".join(f"{k} {v}" for k, v in sorted(ov.get("released", {}).items()) if v)
+    rows.append(("Reservations (audit): nodes reserved; released by reason",
+                 f"{reserved}; {released or 'none'}" if res.get("reservation") else "off"))
+    failed = series(ca, "cluster_autoscaler_failed_scale_ups_total", {})
+    rows.append(("CA failed scale-ups (by reason)",
+                 ", ".join(f"{l.get('reason', '?')} {v:.0f}" for l, v in failed if v) or "none"))
+
     q, total, count = histogram(ca, "cluster_autoscaler_function_duration_seconds", {"function": "main"})
     loops = rp["caLoop"]
     mean = None
@@ -170,7 +179,18 @@ def figures(run_dir):
     rows.append(("**NodeGroupIncreaseSize latency P50 / P95** (gRPC handling)",
                  f"{ms(q(0.5))} / {ms(q(0.95))} ({count:.0f} calls)"))
     rows.append(("NodeGroupIncreaseSize latency mean", ms(total / count if count else None)))
-    return res["policy"], rows
+    name = res["policy"] + (" + reservation" if res.get("reservation") else "")
+    return name, rows
+
+
+def fleet(trace):
+    """The trace's fleet: capacity ratio, provisioning time and stock-out share (traces
+    written before these were parameters had 1.2, 15 s and none)."""
+    g = (trace.get("groups") or [{}])[0]
+    delay = g.get("provisionDelayS", 15.0)
+    jitter = g.get("provisionJitterS", 0.0)
+    provisioning = f"{delay:g} s" if not jitter else f"{delay:g}–{delay + jitter:g} s"
+    return f"{trace.get('capacityRatio', 1.2):g}; {provisioning}; {g.get('stockout', 0.0):g}"
 
 
 def main():

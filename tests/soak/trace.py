@@ -6,6 +6,14 @@ expected size); every other line is one gang, in arrival order. Both policies of
 the same file. Python standard library only.
 
     tests/soak/trace.py --seed 1 --minutes 30 --peak-nodes 1000 --out trace.jsonl
+    tests/soak/trace.py --seed 1 --minutes 30 --peak-nodes 60 --capacity-ratio 0.6 \
+        --provision-seconds 60-180 --stockout 0.1 --out scarce.jsonl
+
+The fleet's size is a fraction of the demand: `--capacity-ratio` is the main pool's total
+`maxSize` over the trace's expected peak (1.2 by default: room to spare). Below 1 the fleet is
+short of GPUs, and a gang that needs more nodes than one group's `maxSize` cannot fit at all.
+`--provision-seconds` is a node's provisioning time (one value, or a range drawn from per
+node), `--stockout` the share of instances that fail with an out-of-capacity error.
 """
 
 import argparse
@@ -24,6 +32,8 @@ ARRIVAL_SHARE = 0.85
 # Assumed time from arrival to running when sizing the trace (nodes take 15 s to come up,
 # CA scans every 2 s; the real figure is measured, not assumed).
 STARTUP_S = 60
+# The default capacity ratio: the main pool's total maxSize over the expected peak.
+DEFAULT_RATIO = 1.2
 # Bounds, whatever the parameters.
 MAX_GANGS = 5000
 MAX_PODS = 60000
@@ -137,20 +147,57 @@ def build(seed, minutes, peak_nodes):
     return hi, at_rate(hi)
 
 
+def provision_range(text):
+    """`S` or `LO-HI` seconds, as (delay, jitter) seconds."""
+    lo, _, hi = text.partition("-")
+    try:
+        lo, hi = float(lo), float(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--provision-seconds is S or LO-HI seconds, not {text!r}")
+    if lo < 0 or hi < lo:
+        raise argparse.ArgumentTypeError(f"--provision-seconds needs 0 <= LO <= HI, not {text!r}")
+    return lo, hi - lo
+
+
+def apply_capacity(gangs, big):
+    """Marks the fittable main-pool gangs that need more nodes than one group holds."""
+    for g in gangs:
+        if g["fits"] and g["pool"] == "main" and g["nodes"] > big:
+            g["fits"] = False
+            g["why"] = f"needs {g['nodes']} nodes, more than one group's maxSize {big}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--peak-nodes", type=int, default=1000,
                     help="size the arrivals so the fittable gangs would hold about this many nodes at once")
+    ap.add_argument("--capacity-ratio", type=float, default=DEFAULT_RATIO,
+                    help="the main pool's total maxSize over the expected peak (default 1.2)")
+    ap.add_argument("--provision-seconds", type=provision_range, default=(15.0, 0.0),
+                    help="a node's provisioning time: S, or LO-HI drawn per node (default 15)")
+    ap.add_argument("--stockout", type=float, default=0.0,
+                    help="share of instances that fail with a stock-out (default 0)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     if a.minutes <= 0 or a.peak_nodes <= 0:
         sys.exit("--minutes and --peak-nodes must be positive")
+    if not 0 < a.capacity_ratio <= 10:
+        sys.exit(f"--capacity-ratio must be in (0, 10], not {a.capacity_ratio}")
+    if not 0 <= a.stockout < 1:
+        sys.exit(f"--stockout must be in [0, 1), not {a.stockout}")
     rate, gangs = build(a.seed, a.minutes, a.peak_nodes)
-    # Large groups: each holds the largest gang (64 whole-node members) and together they hold
-    # the peak with room to spare, so only the gangs made not to fit cannot.
-    big = max(72, math.ceil(0.6 * a.peak_nodes))
+    demand_peak = expected_peak(gangs)
+    # The main pool's two groups share ratio x the expected peak. At the default ratio each
+    # also holds the largest gang (64 whole-node members), so only the gangs made not to fit
+    # cannot; a scarcer fleet has no such floor, and gangs larger than a group do not fit.
+    big = math.ceil(a.capacity_ratio * a.peak_nodes / 2)
+    if a.capacity_ratio >= DEFAULT_RATIO:
+        big = max(72, big)
+    apply_capacity(gangs, big)
+    delay, jitter = a.provision_seconds
+    backend = {"provisionDelayS": delay, "provisionJitterS": jitter, "stockout": a.stockout}
     header = {
         "kind": "header",
         "seed": a.seed,
@@ -158,10 +205,13 @@ def main():
         "peakNodes": a.peak_nodes,
         "gpusPerNode": GPUS_PER_NODE,
         "arrivalsPerMinute": round(rate * 60, 3),
+        "capacityRatio": a.capacity_ratio,
+        "demandPeakNodes": demand_peak,
         "groups": [
-            {"id": "gpu-a", "maxSize": big, "csiLimit": CSI_LIMIT, "pool": "main"},
-            {"id": "gpu-b", "maxSize": big, "csiLimit": CSI_LIMIT, "pool": "main"},
-            {"id": "gpu-small", "maxSize": SMALL_POOL_MAX, "csiLimit": CSI_LIMIT, "pool": "small"},
+            {"id": "gpu-a", "maxSize": big, "csiLimit": CSI_LIMIT, "pool": "main", **backend},
+            {"id": "gpu-b", "maxSize": big, "csiLimit": CSI_LIMIT, "pool": "main", **backend},
+            {"id": "gpu-small", "maxSize": SMALL_POOL_MAX, "csiLimit": CSI_LIMIT, "pool": "small",
+             **backend},
         ],
         "gangs": len(gangs),
         "pods": sum(g["members"] for g in gangs),

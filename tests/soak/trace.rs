@@ -17,6 +17,52 @@ pub struct GroupDef {
     pub csi_limit: u32,
     /// Value of the pool label its nodes carry; gangs select a pool.
     pub pool: String,
+    /// Seconds from a request to a node (15 in traces written before it was a parameter).
+    #[serde(default = "default_provision_delay")]
+    pub provision_delay_s: f64,
+    /// Up to this many seconds more per node, drawn per node (`provisionJitter`).
+    #[serde(default)]
+    pub provision_jitter_s: f64,
+    /// Share of the instances that stock out (`failure.probability`); 0 for none.
+    #[serde(default)]
+    pub stockout: f64,
+}
+
+fn default_provision_delay() -> f64 {
+    15.0
+}
+
+impl GroupDef {
+    /// The group's kwok `backend` settings (after `type`), as YAML flow-mapping entries.
+    pub fn backend_yaml(&self) -> String {
+        let mut yaml = format!(
+            "provisionDelay: {}ms, provisionJitter: {}ms, attach: {{delay: 1s}}",
+            millis(self.provision_delay_s),
+            millis(self.provision_jitter_s)
+        );
+        if self.stockout > 0.0 {
+            yaml.push_str(&format!(
+                ", failure: {{code: stockout, probability: {}}}",
+                self.stockout
+            ));
+        }
+        yaml
+    }
+}
+
+/// `s` seconds as whole milliseconds (the trace writes tenths at most).
+fn millis(s: f64) -> u64 {
+    assert!(
+        s.is_finite() && s >= 0.0,
+        "a trace duration is a non-negative number of seconds, not {s}"
+    );
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "checked non-negative; a soak's durations are far below u64::MAX ms"
+    )]
+    let ms = (s * 1000.0).round() as u64;
+    ms
 }
 
 /// The first line of the trace.

@@ -60,6 +60,9 @@ fn kwok(o: &mut Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
     let provision_stagger = o
         .duration("provisionStagger", errs)
         .unwrap_or(Duration::ZERO);
+    let provision_jitter = o
+        .duration("provisionJitter", errs)
+        .unwrap_or(Duration::ZERO);
     let device_delay = o.duration("deviceDelay", errs).unwrap_or(Duration::ZERO);
     let failure = o.obj("failure", errs).and_then(|f| failure(f, errs));
     let attach = o.obj("attach", errs).map(|mut a| {
@@ -71,6 +74,7 @@ fn kwok(o: &mut Obj<'_>, errs: &mut Errors) -> Option<BackendSpec> {
     Some(BackendSpec::Kwok(KwokBackendSpec {
         provision_delay,
         provision_stagger,
+        provision_jitter,
         device_delay,
         failure,
         attach,
@@ -130,9 +134,17 @@ fn failure(mut f: Obj<'_>, errs: &mut Errors) -> Option<SimulatedFailure> {
             format!("must be one of: {}", all.join(", ")),
         );
     }
+    let probability = f.float("probability", 0.0, 1.0, errs).unwrap_or(1.0);
     f.finish(errs);
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a probability in [0, 1] times a million fits u32"
+    )]
+    let per_million = (probability * f64::from(SimulatedFailure::ALWAYS)).round() as u32;
     Some(SimulatedFailure {
         after_instances: u32::try_from(after).ok()?,
         code: parsed?,
+        per_million,
     })
 }

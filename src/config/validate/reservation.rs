@@ -99,6 +99,7 @@ mod tests {
         BackendSpec::Kwok(KwokBackendSpec {
             provision_delay: Duration::ZERO,
             provision_stagger: Duration::ZERO,
+            provision_jitter: Duration::ZERO,
             device_delay: Duration::ZERO,
             failure: None,
             attach: None,

@@ -110,7 +110,7 @@ impl KwokProvisioner {
                         return Ok(None);
                     };
                     match &failure {
-                        Some(f) if r.created >= f.after_instances => {
+                        Some(f) if r.created >= f.after_instances && f.fails(&due.name) => {
                             let p = r.pending.remove(pos);
                             r.created = r.created.saturating_add(1);
                             let failed = FailedNode {

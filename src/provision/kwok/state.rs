@@ -258,14 +258,22 @@ impl KwokProvisioner {
     pub(super) fn initial_record(&self, group: &NodeGroupSpec) -> GroupRecord {
         GroupRecord {
             target: group.min_size,
-            pending: spec(group)
-                .due_times(now_ms(), group.min_size)
-                .map(|due| PendingNode {
-                    name: format!("{}-{}", group.id, random_suffix()),
-                    due_unix_ms: due,
-                })
-                .collect(),
+            pending: pending_nodes(group, group.min_size),
             ..GroupRecord::default()
         }
     }
+}
+
+/// `n` new nodes of `group` requested now, each named and given its due time.
+pub(super) fn pending_nodes(group: &NodeGroupSpec, n: u32) -> Vec<PendingNode> {
+    let now = now_ms();
+    (0..n)
+        .map(|i| {
+            let name = format!("{}-{}", group.id, random_suffix());
+            PendingNode {
+                due_unix_ms: spec(group).due_at(now, i, &name),
+                name,
+            }
+        })
+        .collect()
 }
