@@ -245,6 +245,11 @@ pub enum Command {
         /// kubeconfig; default: KUBECONFIG, ~/.kube/config or in-cluster.
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
+        /// Also give every member of a gang (linked natively or from annotations) the
+        /// toleration of its gang's reservation taint, so it can land on nodes reserved for
+        /// it from its creation (docs/reservation.md).
+        #[arg(long)]
+        reservation_tolerations: bool,
     },
     /// Read the audit log.
     Audit {
@@ -307,13 +312,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tls_key,
             client_ca,
             kubeconfig,
+            reservation_tolerations,
         } => {
             let files = config::TlsFiles {
                 cert_file: tls_cert,
                 key_file: tls_key,
                 client_ca_file: client_ca,
             };
-            webhook::run(listen, files, kubeconfig).await
+            webhook::run(listen, files, kubeconfig, reservation_tolerations).await
         }
         Command::Doctor(args) => doctor::run(args).await,
     }

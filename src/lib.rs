@@ -9,7 +9,7 @@
 //! main       ─► cli, telemetry, signals
 //! cli        ─► server, webhook, scaleup, audit, planner, cluster, config,
 //!               provision, migrate, doctor, telemetry, trace, model, yaml, clock
-//! webhook    ─► server (TLS, connections), migrate, config
+//! webhook    ─► server (TLS, connections), migrate, model, config
 //! doctor     ─► provision, migrate, model, yaml
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
 //!               leader, metrics, readiness, telemetry, planner, model, clock
@@ -60,7 +60,8 @@
 //! - [`migrate`]: the gang API versions as shapes and the manifest converter behind
 //!   `gangscaler convert`.
 //! - [`webhook`]: the compatibility webhook (`gangscaler webhook`): links annotated pods the
-//!   way the served gang API expects and creates their PodGroups.
+//!   way the served gang API expects, creates their PodGroups and, on request, gives members
+//!   their gang's reservation toleration.
 //! - [`doctor`]: `gangscaler doctor`: reads the cluster and the components' flags into a
 //!   plain record and checks it, purely, for readiness for gang admission.
 //! - [`signals`]: the `SIGXFSZ` handler that turns a write past the file-size limit into an

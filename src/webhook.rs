@@ -59,6 +59,8 @@ pub const API_TIMEOUT: Duration = Duration::from_secs(8);
 pub struct Webhook {
     client: kube::Client,
     served: ArcSwap<Option<GangApi>>,
+    /// Add the toleration of each member's gang reservation taint (`--reservation-tolerations`).
+    tolerate: bool,
 }
 
 /// Webhook start-up errors.
@@ -70,16 +72,18 @@ pub enum Error {
 }
 
 impl Webhook {
-    /// Reads the served gang API version once.
+    /// Reads the served gang API version once. With `tolerate`, members also get the
+    /// toleration of their gang's reservation taint.
     ///
     /// # Errors
     /// [`Error::Discovery`] when the API server cannot be asked.
-    pub async fn new(client: kube::Client) -> Result<Arc<Self>, Error> {
+    pub async fn new(client: kube::Client, tolerate: bool) -> Result<Arc<Self>, Error> {
         let served = cluster::served(&client).await.map_err(Error::Discovery)?;
-        info!(served = ?served.map(GangApi::api_version), "gang API version");
+        info!(served = ?served.map(GangApi::api_version), tolerate, "gang API version");
         Ok(Arc::new(Self {
             client,
             served: ArcSwap::from_pointee(served),
+            tolerate,
         }))
     }
 
@@ -124,8 +128,14 @@ impl Webhook {
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let outcome = match review::decide(&request, served) {
+        let outcome = match review::decide(&request, served, self.tolerate) {
             Decision::Unchanged(_) => ReviewOutcome::Allow,
+            Decision::Tolerate { gang, toleration } => {
+                info!(namespace, pod, gang, "reservation toleration added");
+                ReviewOutcome::Patch {
+                    ops: vec![review::toleration_op(request.object.as_ref(), toleration)],
+                }
+            }
             Decision::Deny(message) => {
                 warn!(namespace, pod, %message, "pod refused");
                 ReviewOutcome::Deny { code: 400, message }
@@ -135,6 +145,7 @@ impl Webhook {
                 field,
                 value,
                 pod_group,
+                toleration,
             } => {
                 let ensured = match (served, pod_group) {
                     (Some(api), Some(_)) => {
@@ -158,8 +169,13 @@ impl Webhook {
                 };
                 match ensured {
                     Ok(()) => {
-                        info!(namespace, pod, workload = %link.workload, template = %link.template, field, "pod linked");
-                        ReviewOutcome::Patch { field, value }
+                        let tolerated = toleration.is_some();
+                        info!(namespace, pod, workload = %link.workload, template = %link.template, field, tolerated, "pod linked");
+                        let mut ops = vec![review::link_op(field, value)];
+                        ops.extend(
+                            toleration.map(|t| review::toleration_op(request.object.as_ref(), t)),
+                        );
+                        ReviewOutcome::Patch { ops }
                     }
                     Err(e) => {
                         warn!(namespace, pod, error = %e, "pod refused");

@@ -26,6 +26,7 @@ pub(super) async fn run(
     listen: SocketAddr,
     files: TlsFiles,
     kubeconfig: Option<PathBuf>,
+    reservation_tolerations: bool,
 ) -> anyhow::Result<()> {
     if files.client_ca_file.is_none() {
         warn!(
@@ -36,7 +37,7 @@ pub(super) async fn run(
     let client = crate::provision::kube_client(kubeconfig.as_deref())
         .await
         .context("building the Kubernetes client (--kubeconfig, KUBECONFIG or in-cluster)")?;
-    let hook = Webhook::new(client).await?;
+    let hook = Webhook::new(client, reservation_tolerations).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding --listen {listen}"))?;

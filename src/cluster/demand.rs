@@ -45,9 +45,7 @@ use super::objects::ObjectSet;
 use super::pod::CompactPod;
 use super::problem::{ClaimCause, Issue};
 use crate::model::quantity::Quantity;
-use crate::model::{
-    PodDemand, SelectorOperator, SelectorRequirement, TaintEffect, Toleration, TolerationOperator,
-};
+use crate::model::{PodDemand, SelectorOperator, SelectorRequirement, Toleration};
 
 /// Prefix of the pseudo-label a `matchFields` requirement is written on.
 pub(crate) const FIELD_KEY_PREFIX: &str = "field:";
@@ -348,20 +346,12 @@ fn matches_nothing() -> SelectorRequirement {
 
 /// The model toleration; `None` for an effect we do not know (it tolerates nothing).
 fn toleration(t: &k8s_openapi::api::core::v1::Toleration) -> Option<Toleration> {
-    let effect = match t.effect.as_deref() {
-        None | Some("") => None,
-        Some(e) => Some(TaintEffect::parse(e)?),
-    };
-    let operator = match t.operator.as_deref() {
-        Some("Exists") => TolerationOperator::Exists,
-        _ => TolerationOperator::Equal,
-    };
-    Some(Toleration {
-        key: t.key.clone().unwrap_or_default(),
-        operator,
-        value: t.value.clone().unwrap_or_default(),
-        effect,
-    })
+    Toleration::from_parts(
+        t.key.as_deref(),
+        t.operator.as_deref(),
+        t.value.as_deref(),
+        t.effect.as_deref(),
+    )
 }
 
 /// The reference of a volume that may count toward an attach limit; `None` for the others.

@@ -371,13 +371,10 @@ pub(crate) fn gang_name(key: &GroupKey, replica: Option<&str>) -> (String, Strin
             namespace,
             workload,
             pod_group,
-        } => {
-            let mut name = format!("{workload}/{pod_group}");
-            if let Some(replica) = replica {
-                name = format!("{name}/{replica}");
-            }
-            (namespace.clone(), name)
-        }
+        } => (
+            namespace.clone(),
+            GangRef::workload_gang_name(workload, pod_group, replica),
+        ),
     }
 }
 

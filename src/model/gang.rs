@@ -25,6 +25,18 @@ pub struct GangRef {
     pub kind: String,
 }
 
+impl GangRef {
+    /// [`GangRef::name`] of the pod group `pod_group` of Workload `workload` (v1alpha1), for
+    /// the replica `replica` when its pods carry a replica key: `<workload>/<podGroup>` and
+    /// `/<replicaKey>`. The cluster view and the webhook name a gang by this one rule.
+    pub fn workload_gang_name(workload: &str, pod_group: &str, replica: Option<&str>) -> String {
+        match replica {
+            Some(replica) => format!("{workload}/{pod_group}/{replica}"),
+            None => format!("{workload}/{pod_group}"),
+        }
+    }
+}
+
 impl fmt::Display for GangRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
@@ -109,6 +121,31 @@ pub struct Toleration {
 }
 
 impl Toleration {
+    /// The toleration a pod spec's fields describe (`operator` absent or empty is `Equal`,
+    /// `effect` absent or empty is every effect); `None` for an effect we do not know (such
+    /// a toleration tolerates none of the effects we handle).
+    pub fn from_parts(
+        key: Option<&str>,
+        operator: Option<&str>,
+        value: Option<&str>,
+        effect: Option<&str>,
+    ) -> Option<Self> {
+        let effect = match effect {
+            None | Some("") => None,
+            Some(e) => Some(TaintEffect::parse(e)?),
+        };
+        let operator = match operator {
+            Some("Exists") => TolerationOperator::Exists,
+            _ => TolerationOperator::Equal,
+        };
+        Some(Self {
+            key: key.unwrap_or_default().to_owned(),
+            operator,
+            value: value.unwrap_or_default().to_owned(),
+            effect,
+        })
+    }
+
     /// Whether this toleration tolerates a taint.
     pub fn tolerates(&self, key: &str, value: &str, effect: TaintEffect) -> bool {
         if self.effect.is_some_and(|e| e != effect) {

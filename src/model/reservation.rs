@@ -86,6 +86,16 @@ pub fn toleration_for(value: &str) -> Toleration {
     }
 }
 
+/// [`toleration_for`] as a pod spec writes it (the Kubernetes JSON form).
+pub fn toleration_json(value: &str) -> serde_json::Value {
+    serde_json::json!({
+        "key": RESERVATION_TAINT,
+        "operator": "Equal",
+        "value": value,
+        "effect": RESERVATION_EFFECT.as_str(),
+    })
+}
+
 /// Whether `tolerations` let a pod onto a node reserved with `value`.
 pub fn tolerated(tolerations: &[Toleration], value: &str) -> bool {
     tolerations

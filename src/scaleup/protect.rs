@@ -22,7 +22,9 @@ use kube::api::{Api, Patch, PatchParams};
 use super::reserve::{Hold, ReleaseReason, Wanted};
 use super::track::Open;
 use crate::cluster::{NodeSummary, NodeTable};
-use crate::model::reservation::{RESERVATION_EFFECT, RESERVATION_TAINT, RESERVED_FOR};
+use crate::model::reservation::{
+    RESERVATION_EFFECT, RESERVATION_TAINT, RESERVED_FOR, toleration_json,
+};
 
 pub use crate::model::labels::{SCALE_DOWN_DISABLED, SCALE_DOWN_PROTECTED_FOR as PROTECTED_FOR};
 
@@ -264,12 +266,7 @@ impl Marker {
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()
             .map_err(kube::Error::SerdeError)?;
-        tolerations.push(serde_json::json!({
-            "key": RESERVATION_TAINT,
-            "operator": "Equal",
-            "value": value,
-            "effect": RESERVATION_EFFECT.as_str(),
-        }));
+        tolerations.push(toleration_json(value));
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": pod.metadata.resource_version},
             "spec": {"tolerations": tolerations},

@@ -1,6 +1,7 @@
 //! The pure part of the webhook: read an `admission.k8s.io/v1` AdmissionReview for a Pod,
-//! decide what link the pod needs in the served gang API version, and write the response
-//! (a JSON Patch, or a refusal naming the annotation and value).
+//! decide what link the pod needs in the served gang API version and, with reservation
+//! tolerations on, the toleration of its gang's [reservation taint](crate::model::reservation),
+//! and write the response (a JSON Patch, or a refusal naming the annotation and value).
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -8,6 +9,8 @@ use serde_json::{Value, json};
 use crate::migrate::api::{
     ANNOTATION_REPLICA_KEY, ANNOTATION_TEMPLATE, ANNOTATION_WORKLOAD, GangApi, GroupLink,
 };
+use crate::model::reservation::{tolerated, toleration_json, value_for_name};
+use crate::model::{GangRef, Toleration};
 
 /// The request part of an AdmissionReview that the webhook reads.
 #[derive(Debug, Clone, Deserialize)]
@@ -86,15 +89,26 @@ pub enum Decision {
         value: Value,
         /// The PodGroup the link names (1.36+).
         pod_group: Option<String>,
+        /// The toleration to add too (reservation tolerations on, not tolerated yet).
+        toleration: Option<Value>,
+    },
+    /// A pod already linked to its gang: add the toleration of the gang's reservation taint.
+    Tolerate {
+        /// [`GangRef::name`] of the gang.
+        gang: String,
+        /// The toleration.
+        toleration: Value,
     },
     /// Refuse the pod, with the message the API server shows its creator.
     Deny(String),
 }
 
 /// Decides the link for the pod in `request` on a cluster serving `served` (`None`: no gang
-/// API is served).
+/// API is served). With `tolerate`, a member of a gang (linked already, or linked now) also
+/// gets the toleration of its gang's reservation taint unless some toleration of the pod
+/// already covers it.
 #[must_use]
-pub fn decide(request: &Request, served: Option<GangApi>) -> Decision {
+pub fn decide(request: &Request, served: Option<GangApi>, tolerate: bool) -> Decision {
     let is_pod = request
         .kind
         .as_ref()
@@ -112,11 +126,27 @@ pub fn decide(request: &Request, served: Option<GangApi>) -> Decision {
             .and_then(Value::as_str)
             .map(str::trim)
     };
+    let namespace = request.namespace.as_deref().unwrap_or_default();
+    let missing = |gang: &str| {
+        if tolerate {
+            missing_toleration(pod, namespace, gang)
+        } else {
+            None
+        }
+    };
+    // A pod the native API links already: at most its toleration is missing.
+    let linked = |why: &'static str| match linked_gang(pod) {
+        Some(gang) => match missing(&gang) {
+            Some(toleration) => Decision::Tolerate { gang, toleration },
+            None => Decision::Unchanged(why),
+        },
+        None => Decision::Unchanged(why),
+    };
     let (workload, template) = match (
         annotation(ANNOTATION_WORKLOAD),
         annotation(ANNOTATION_TEMPLATE),
     ) {
-        (None, None) => return Decision::Unchanged("no gang annotations"),
+        (None, None) => return linked("no gang annotations"),
         (Some(w), Some(t)) if !w.is_empty() && !t.is_empty() => (w.to_owned(), t.to_owned()),
         (w, t) => {
             return Decision::Deny(format!(
@@ -135,7 +165,7 @@ pub fn decide(request: &Request, served: Option<GangApi>) -> Decision {
             .is_some_and(|v| !v.is_null())
     };
     if has("workloadRef") || has("schedulingGroup") {
-        return Decision::Unchanged("the pod already names its gang");
+        return linked("the pod already names its gang");
     }
     let Some(api) = served else {
         return Decision::Deny(format!(
@@ -155,8 +185,12 @@ pub fn decide(request: &Request, served: Option<GangApi>) -> Decision {
     } else {
         None
     };
+    let gang = pod_group.clone().unwrap_or_else(|| {
+        GangRef::workload_gang_name(&link.workload, &link.template, link.replica_key.as_deref())
+    });
     match link.pod_link(api) {
         Ok((field, value)) => Decision::Link {
+            toleration: missing(&gang),
             link,
             field,
             value: value.to_json(),
@@ -166,14 +200,74 @@ pub fn decide(request: &Request, served: Option<GangApi>) -> Decision {
     }
 }
 
-/// The AdmissionReview response: allowed with a patch adding `spec.<field>`, allowed
-/// unchanged, or refused with `message` and HTTP-like `code`.
+/// [`GangRef::name`] of the gang a pod's spec links it to: `schedulingGroup.podGroupName`
+/// (1.36+), or `workloadRef` (1.35: `<name>/<podGroup>[/<podGroupReplicaKey>]`).
+fn linked_gang(pod: &Value) -> Option<String> {
+    let text = |p: &str| {
+        pod.pointer(p)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    if let Some(name) = text("/spec/schedulingGroup/podGroupName") {
+        return Some(name.to_owned());
+    }
+    let workload = text("/spec/workloadRef/name")?;
+    let pod_group = text("/spec/workloadRef/podGroup")?;
+    Some(GangRef::workload_gang_name(
+        workload,
+        pod_group,
+        text("/spec/workloadRef/podGroupReplicaKey"),
+    ))
+}
+
+/// The toleration of gang `gang`'s reservation taint, unless the pod's tolerations cover it
+/// already (or cannot be read, when the API server's own validation will speak).
+fn missing_toleration(pod: &Value, namespace: &str, gang: &str) -> Option<Value> {
+    let value = value_for_name(namespace, gang);
+    let current: Vec<Toleration> = match pod.pointer("/spec/tolerations") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(list)) => list
+            .iter()
+            .filter_map(|t| {
+                let field = |f: &str| t.get(f).and_then(Value::as_str);
+                Toleration::from_parts(
+                    field("key"),
+                    field("operator"),
+                    field("value"),
+                    field("effect"),
+                )
+            })
+            .collect(),
+        Some(_) => return None,
+    };
+    if tolerated(&current, &value) {
+        return None;
+    }
+    Some(toleration_json(&value))
+}
+
+/// The JSON Patch operation appending `toleration` to the pod's `spec.tolerations` (creating
+/// the list when the pod has none).
+#[must_use]
+pub fn toleration_op(pod: Option<&Value>, toleration: Value) -> Value {
+    let has_list = pod
+        .and_then(|p| p.pointer("/spec/tolerations"))
+        .is_some_and(Value::is_array);
+    if has_list {
+        json!({"op": "add", "path": "/spec/tolerations/-", "value": toleration})
+    } else {
+        json!({"op": "add", "path": "/spec/tolerations", "value": [toleration]})
+    }
+}
+
+/// The AdmissionReview response: allowed with a JSON Patch, allowed unchanged, or refused
+/// with `message` and HTTP-like `code`.
 #[must_use]
 pub fn respond(uid: &str, outcome: &ReviewOutcome) -> Value {
     let response = match outcome {
         ReviewOutcome::Allow => json!({"uid": uid, "allowed": true}),
-        ReviewOutcome::Patch { field, value } => {
-            let patch = json!([{"op": "add", "path": format!("/spec/{field}"), "value": value}]);
+        ReviewOutcome::Patch { ops } => {
+            let patch = Value::Array(ops.clone());
             json!({
                 "uid": uid,
                 "allowed": true,
@@ -194,17 +288,21 @@ pub fn respond(uid: &str, outcome: &ReviewOutcome) -> Value {
     })
 }
 
+/// The JSON Patch operation adding `spec.<field>` with `value` (the gang link).
+#[must_use]
+pub fn link_op(field: &str, value: Value) -> Value {
+    json!({"op": "add", "path": format!("/spec/{field}"), "value": value})
+}
+
 /// What the response says.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReviewOutcome {
     /// Admit unchanged.
     Allow,
-    /// Admit with `spec.<field>` set to `value`.
+    /// Admit with these JSON Patch operations (the link, a toleration, or both).
     Patch {
-        /// The pod spec field.
-        field: &'static str,
-        /// Its value.
-        value: Value,
+        /// The operations, in order.
+        ops: Vec<Value>,
     },
     /// Refuse.
     Deny {
@@ -274,7 +372,7 @@ mod tests {
     #[test]
     fn the_link_follows_the_served_version() {
         let r = request(annotated(Some("2")), json!({"containers": []}));
-        match decide(&r, Some(GangApi::V1Alpha1)) {
+        match decide(&r, Some(GangApi::V1Alpha1), false) {
             Decision::Link {
                 field,
                 value,
@@ -291,7 +389,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         for api in [GangApi::V1Alpha2, GangApi::V1Beta1] {
-            match decide(&r, Some(api)) {
+            match decide(&r, Some(api), false) {
                 Decision::Link {
                     field,
                     value,
@@ -311,7 +409,7 @@ mod tests {
     fn pods_without_annotations_or_with_a_link_pass_unchanged() {
         let plain = request(json!({"team": "x"}), json!({}));
         assert_eq!(
-            decide(&plain, Some(GangApi::V1Beta1)),
+            decide(&plain, Some(GangApi::V1Beta1), false),
             Decision::Unchanged("no gang annotations")
         );
         let linked = request(
@@ -319,7 +417,7 @@ mod tests {
             json!({"schedulingGroup": {"podGroupName": "mine"}}),
         );
         assert!(matches!(
-            decide(&linked, Some(GangApi::V1Beta1)),
+            decide(&linked, Some(GangApi::V1Beta1), false),
             Decision::Unchanged(_)
         ));
     }
@@ -327,7 +425,7 @@ mod tests {
     #[test]
     fn half_annotated_pods_bad_keys_and_clusters_without_the_api_are_refused_by_name() {
         let half = request(json!({ANNOTATION_WORKLOAD: "train"}), json!({}));
-        match decide(&half, Some(GangApi::V1Alpha2)) {
+        match decide(&half, Some(GangApi::V1Alpha2), false) {
             Decision::Deny(m) => assert!(
                 m.contains(ANNOTATION_TEMPLATE) && m.contains("train"),
                 "{m}"
@@ -335,17 +433,17 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let bad = request(annotated(Some("Rank_0")), json!({}));
-        match decide(&bad, Some(GangApi::V1Alpha2)) {
+        match decide(&bad, Some(GangApi::V1Alpha2), false) {
             Decision::Deny(m) => assert!(m.contains("Rank_0"), "{m}"),
             other => panic!("{other:?}"),
         }
         // 1.35 carries the key as a field, so the same key is fine there.
         assert!(matches!(
-            decide(&bad, Some(GangApi::V1Alpha1)),
+            decide(&bad, Some(GangApi::V1Alpha1), false),
             Decision::Link { .. }
         ));
         let r = request(annotated(None), json!({}));
-        match decide(&r, None) {
+        match decide(&r, None, false) {
             Decision::Deny(m) => assert!(m.contains("GenericWorkload"), "{m}"),
             other => panic!("{other:?}"),
         }
@@ -356,8 +454,7 @@ mod tests {
         let resp = respond(
             "u-1",
             &ReviewOutcome::Patch {
-                field: "schedulingGroup",
-                value: json!({"podGroupName": "a"}),
+                ops: vec![link_op("schedulingGroup", json!({"podGroupName": "a"}))],
             },
         );
         assert_eq!(resp["response"]["uid"], "u-1");
@@ -378,6 +475,107 @@ mod tests {
         );
         assert_eq!(deny["response"]["allowed"], false);
         assert_eq!(deny["response"]["status"]["code"], 404);
+    }
+
+    /// The reservation value of gang `name` in the test namespace `ml`.
+    fn value(name: &str) -> String {
+        value_for_name("ml", name)
+    }
+
+    #[test]
+    fn members_get_their_gangs_toleration_in_every_version_once() {
+        // Linked now from annotations: the gang is the PodGroup (1.36+) or the Workload's
+        // pod group and replica (1.35), named as the cluster view names it.
+        let r = request(annotated(Some("2")), json!({"containers": []}));
+        for (api, gang) in [
+            (GangApi::V1Alpha1, "train/workers/2"),
+            (GangApi::V1Alpha2, "train-workers-2"),
+            (GangApi::V1Beta1, "train-workers-2"),
+        ] {
+            match decide(&r, Some(api), true) {
+                Decision::Link {
+                    toleration: Some(t),
+                    ..
+                } => assert_eq!(t, toleration_json(&value(gang))),
+                other => panic!("{api:?}: {other:?}"),
+            }
+            assert!(matches!(
+                decide(&r, Some(api), false),
+                Decision::Link {
+                    toleration: None,
+                    ..
+                }
+            ));
+        }
+        // Linked natively already: only the toleration is added.
+        for (spec, gang) in [
+            (json!({"schedulingGroup": {"podGroupName": "pg"}}), "pg"),
+            (
+                json!({"workloadRef": {"name": "w", "podGroup": "g", "podGroupReplicaKey": "1"}}),
+                "w/g/1",
+            ),
+            (
+                json!({"workloadRef": {"name": "w", "podGroup": "g"}}),
+                "w/g",
+            ),
+        ] {
+            match decide(
+                &request(json!({}), spec.clone()),
+                Some(GangApi::V1Beta1),
+                true,
+            ) {
+                Decision::Tolerate {
+                    gang: g,
+                    toleration,
+                } => {
+                    assert_eq!(g, gang);
+                    assert_eq!(toleration["value"], value(gang));
+                    assert_eq!(toleration["operator"], "Equal");
+                }
+                other => panic!("{spec}: {other:?}"),
+            }
+        }
+        // Already tolerated (its own toleration, or a wildcard on the key): unchanged.
+        let own = toleration_json(&value("pg"));
+        let wildcard =
+            json!({"key": crate::model::reservation::RESERVATION_TAINT, "operator": "Exists"});
+        for tolerations in [
+            json!([own]),
+            json!([{"key": "x", "operator": "Exists"}, wildcard]),
+        ] {
+            let pod = request(
+                json!({}),
+                json!({"schedulingGroup": {"podGroupName": "pg"}, "tolerations": tolerations}),
+            );
+            assert!(
+                matches!(
+                    decide(&pod, Some(GangApi::V1Beta1), true),
+                    Decision::Unchanged(_)
+                ),
+                "{tolerations}"
+            );
+        }
+        // Not a member: nothing to tolerate.
+        assert_eq!(
+            decide(&request(json!({}), json!({})), Some(GangApi::V1Beta1), true),
+            Decision::Unchanged("no gang annotations")
+        );
+    }
+
+    #[test]
+    fn the_toleration_is_appended_or_starts_the_list() {
+        let t = json!({"key": "k"});
+        let with = json!({"spec": {"tolerations": [{"key": "a"}]}});
+        assert_eq!(
+            toleration_op(Some(&with), t.clone()),
+            json!({"op": "add", "path": "/spec/tolerations/-", "value": {"key": "k"}})
+        );
+        for without in [json!({"spec": {}}), json!({"spec": {"tolerations": null}})] {
+            assert_eq!(
+                toleration_op(Some(&without), t.clone()),
+                json!({"op": "add", "path": "/spec/tolerations", "value": [{"key": "k"}]})
+            );
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use gangscaler::audit::{Event, ReservationAction};
 use gangscaler::migrate::api::GangApi;
 use gangscaler::migrate::convert::convert;
 use gangscaler::migrate::parse;
@@ -147,8 +148,8 @@ async fn converted_manifests_are_accepted_by_the_rows_api_server() {
 }
 
 /// The webhook process (`gangscaler webhook`) with a serving certificate from its own CA and,
-/// with `mutual`, the control plane's CA as its client CA; returns it, its port and its CA
-/// (PEM).
+/// with `mutual`, the control plane's CA as its client CA and reservation tolerations on;
+/// returns it, its port and its CA (PEM).
 fn start_webhook(cluster: &Cluster, mutual: bool) -> (Proc, u16, String) {
     let dir = cluster.dir.join("webhook");
     std::fs::create_dir_all(&dir).unwrap();
@@ -175,6 +176,7 @@ fn start_webhook(cluster: &Cluster, mutual: bool) -> (Proc, u16, String) {
             "--client-ca={}",
             cluster.dir.join("ca.crt").display()
         ));
+        cmd.arg("--reservation-tolerations");
     }
     (
         Proc::spawn_logged("gangscaler-webhook", &cluster.dir, cmd),
@@ -288,7 +290,13 @@ async fn the_webhook_without_a_client_ca_serves_an_api_server_that_trusts_its_ce
 async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_ca_scales_for_them()
 {
     let to = row_api();
-    let setup = Setup::new("webhook-gang", "strict", vec![Group::new("gpu", 4)]);
+    // Reserving: the members reach their nodes through the toleration the webhook gave them
+    // at creation.
+    let setup = Setup::new(
+        "webhook-gang",
+        "strict",
+        vec![Group::new("gpu", 4).extra(super::ca_lifecycle::RESERVATION)],
+    );
     let s = Scenario::start(setup).await;
     let (mut webhook, port, ca) = start_webhook(&s.cluster, true);
     register_webhook(&s.client, port, &ca).await;
@@ -352,6 +360,16 @@ async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_
         "default",
         &kube::api::ApiResource::erase::<Pod>(&()),
     );
+    // The gang as the cluster view names it, and its reservation toleration: there from the
+    // pod's creation, before any node exists for the lifecycle loop to reserve.
+    let gang = if to == GangApi::V1Alpha1 {
+        "train/workers"
+    } else {
+        "train-workers"
+    };
+    let toleration = gangscaler::model::reservation::toleration_json(
+        &gangscaler::model::reservation::value_for_name("default", gang),
+    );
     for i in 0..4 {
         let pod = serde_json::to_value(pods.get(&format!("train-{i}")).await.unwrap()).unwrap();
         let want = match to {
@@ -359,7 +377,20 @@ async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_
             _ => json!({"podGroupName": "train-workers"}),
         };
         assert_eq!(pod["spec"][field], want, "train-{i}'s link");
+        let tolerations = pod["spec"]["tolerations"].as_array().unwrap();
+        assert!(
+            tolerations.contains(&toleration),
+            "train-{i} carries {toleration} from its creation: {tolerations:?}"
+        );
+        assert!(
+            tolerations.iter().any(|t| t["key"] == GPU),
+            "train-{i} keeps its own tolerations: {tolerations:?}"
+        );
     }
+    assert!(
+        s.group_nodes("gpu").await.is_empty(),
+        "the tolerations were checked before any node existed"
+    );
     if let Some(pgs) = &pod_groups {
         let pg = pgs.get("train-workers").await.unwrap();
         let owner = &pg.metadata.owner_references.as_ref().unwrap()[0];
@@ -384,12 +415,29 @@ async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_
     let log = std::fs::read_to_string(s.cluster.dir.join("gangscaler-webhook.log")).unwrap();
     for i in 0..4 {
         let linked = format!("pod linked namespace=\"default\" pod=\"train-{i}\"");
-        assert_eq!(
-            log.matches(&linked).count(),
-            1,
-            "train-{i} linked once: {log}"
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(&linked)).collect();
+        assert_eq!(lines.len(), 1, "train-{i} linked once: {log}");
+        assert!(
+            lines[0].contains("tolerated=true"),
+            "train-{i} linked with its toleration: {}",
+            lines[0]
         );
     }
+    // The members ran on nodes reserved for their gang (the reservation records name them).
+    let reserved: Vec<_> = s
+        .records()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::Reservation(e) if e.action == ReservationAction::Reserved => Some(e),
+            _ => None,
+        })
+        .collect();
+    let reserved_nodes: std::collections::BTreeSet<String> =
+        reserved.iter().map(|e| e.node.clone()).collect();
+    assert!(
+        reserved.iter().all(|e| e.gang == format!("default/{gang}")) && reserved_nodes == nodes,
+        "the nodes the members ran on were reserved for their gang: {reserved:?}"
+    );
     if to.has_pod_groups() {
         // Four pods, one PodGroup: the first pod created it, the others found it.
         let created = "created PodGroup namespace=\"default\" pod_group=train-workers workload";
