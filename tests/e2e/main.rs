@@ -43,6 +43,7 @@ mod chart;
 mod deploy;
 mod doctor;
 mod harness;
+mod idle;
 mod migrate;
 mod outage;
 mod scenario;

@@ -19,6 +19,7 @@ use super::harness::{
     self, Autoscaler, AutoscalerSpec, Cluster, Forwarder, Proc, TestCa, Transport, Versions,
     eventually, free_port, write,
 };
+use super::idle::Attribution;
 use super::{capi, chart};
 use super::{create_dynamic, start_gangscaler, start_gangscaler_with_env};
 
@@ -924,6 +925,8 @@ pub struct Sample {
     pub seen: BTreeSet<String>,
     /// GPU nodes seen and then gone (scaled down or deleted).
     pub removed: BTreeSet<String>,
+    /// The idle node time by cause (`idle.rs`).
+    pub attribution: Attribution,
 }
 
 impl Sample {
@@ -1000,6 +1003,9 @@ impl Sampler {
                     continue;
                 }
                 sample.seconds += dt;
+                sample
+                    .attribution
+                    .observe(dt, current.keys().map(String::as_str), &busy);
                 for (name, gpus) in &current {
                     if !busy.contains(name) {
                         sample.idle_node_seconds += dt;
@@ -1087,6 +1093,8 @@ pub struct Row {
     pub window_s: f64,
     /// Idle GPU node-minutes over the window.
     pub idle_gpu_node_min: f64,
+    /// The same by cause, node-minutes (`idle.rs`; raw data, not rendered).
+    pub idle_causes: serde_json::Value,
     /// Outcome (audit outcome, or what the scenario saw).
     pub outcome: String,
     /// One line of what else was measured.
@@ -1108,6 +1116,7 @@ impl Row {
             formed_s,
             window_s: sample.seconds,
             idle_gpu_node_min: sample.idle_node_minutes(),
+            idle_causes: sample.attribution.causes().minutes_json(),
             outcome: String::new(),
             note: String::new(),
         }

@@ -38,6 +38,8 @@ mod common;
 )]
 #[path = "../e2e/harness.rs"]
 mod harness;
+#[path = "../e2e/idle.rs"]
+mod idle;
 mod probe;
 mod replay;
 #[expect(
@@ -182,6 +184,7 @@ async fn soak_replays_the_trace_with_the_real_ca() {
             "maxNodes": sample.max_nodes,
             "nodesSeen": sample.seen.len(),
             "nodesRemoved": sample.removed.len(),
+            "causeNodeMinutes": sample.attribution.causes().minutes_json(),
         },
         "replay": run,
         "logs": s.cluster.dir,

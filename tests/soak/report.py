@@ -65,6 +65,10 @@ def histogram(text, name, want):
     return quantile, total, count
 
 
+# The idle causes as the runner writes them (tests/e2e/idle.rs), in report order.
+CAUSES = ["waiting", "unused", "afterJob", "betweenJobs", "openUnused", "openAfterJob"]
+
+
 def nearest_rank(values, p):
     if not values:
         return None
@@ -123,6 +127,11 @@ def figures(run_dir):
     rows.append(("**Idle GPU node-minutes**", f"{idle['idleNodeMinutes']:.1f}"))
     rows.append(("GPU node-minutes, all (idle share)",
                  f"{node_s / 60:.1f} ({100 * idle['idleNodeSeconds'] / node_s:.1f} %)" if node_s else "–"))
+    causes = idle.get("causeNodeMinutes")
+    if causes:
+        rows.append(("Idle by cause: waiting; unused; after job; between jobs; open at the end",
+                     "; ".join(f"{causes[k]:.1f}" for k in CAUSES[:4])
+                     + f"; {causes['openUnused'] + causes['openAfterJob']:.1f}"))
 
     fit = [g for g in gangs if g["fits"]]
     formed = [g for g in fit if g.get("formedMs") and g.get("createdMs")]
