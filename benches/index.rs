@@ -52,6 +52,10 @@ impl GangSource for IndexSource {
     fn view(&self, now_unix: i64) -> Result<GangView, Unavailable> {
         Ok(self.0.lock().expect("index").view(now_unix))
     }
+
+    fn daemon_sets(&self) -> Option<Vec<gangscaler::model::reservation::DaemonSetDemand>> {
+        Some(Vec::new())
+    }
 }
 
 struct Fixture {

@@ -45,7 +45,7 @@ mod tests;
 use std::fmt;
 
 pub(crate) use demand::attachable_claims;
-pub use demand::demand;
+pub use demand::{daemon_set_demand, demand};
 pub use gangs::{GangView, SCHEDULED_GRACE_SECS, gangs};
 pub(crate) use gangs::{gang_name, link};
 pub use index::GangIndex;

@@ -11,6 +11,7 @@ pub mod admission;
 mod decisions;
 mod failed;
 mod reload;
+mod reservation;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -130,6 +131,9 @@ pub struct Engine {
     leadership: Option<crate::leader::Status>,
     /// Failed instances CA deleted before the lifecycle loop read them (with the audit log).
     failed: std::sync::Mutex<failed::FailedLedger>,
+    /// Per group configured to reserve, the DaemonSets last seen keeping its reservation off
+    /// (so that a change is logged once).
+    reservation_off: std::sync::Mutex<BTreeMap<String, Vec<String>>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -168,6 +172,7 @@ impl Engine {
             events: None,
             leadership: None,
             failed: std::sync::Mutex::new(failed::FailedLedger::default()),
+            reservation_off: std::sync::Mutex::new(BTreeMap::new()),
         };
         let loaded = engine.config.load_full();
         engine.sync(&loaded.groups).await?;
@@ -356,7 +361,7 @@ impl Engine {
         let now = now_ms.div_euclid(1000);
         let target = backend.target_size(g).await?;
         self.note_target(g, target, false);
-        let decision = admission
+        let mut decision = admission
             .decide(g, &cfg.provider.gpu_label, target, delta, now)
             .map_err(|e| match e {
                 admission::Unavailable::NotSynced => Error::NotSynced(g.id.clone()),
@@ -365,6 +370,7 @@ impl Engine {
                     stale,
                 },
             })?;
+        decision.reservation_off = self.reservation_off(g, &cfg.provider.gpu_label);
         self.metrics
             .admission(decision_verdict(&decision), decision.rule.as_str());
         let record = serde_json::to_string(&decision).unwrap_or_default();
@@ -403,6 +409,14 @@ impl Engine {
                 why,
             }
         })?;
+        // A group whose reservation a DaemonSet keeps off gets its nodes without the taint.
+        let unreserved;
+        let g = if decision.reservation_off.is_some() {
+            unreserved = reservation::without_reservation(g);
+            &unreserved
+        } else {
+            g
+        };
         let result = backend.increase(g, decision.applied_delta).await;
         self.observe(g, "increase", &result);
         self.note_increase(g, &result);
@@ -589,12 +603,19 @@ impl InstanceSource for Engine {
         Ok(instances)
     }
 
+    /// The configured settings, with reservation off for every group a DaemonSet keeps it
+    /// off for (see [`Engine::reservation_off`]).
     fn reservations(&self) -> BTreeMap<String, crate::model::ReservationSpec> {
-        self.config
-            .load()
-            .groups
+        let cfg = self.config.load();
+        cfg.groups
             .iter()
-            .map(|g| (g.id.to_string(), g.reservation))
+            .map(|g| {
+                let mut spec = g.reservation;
+                if self.reservation_off(g, &cfg.provider.gpu_label).is_some() {
+                    spec.enabled = false;
+                }
+                (g.id.to_string(), spec)
+            })
             .collect()
     }
 }

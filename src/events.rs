@@ -35,6 +35,9 @@ pub const REASON_FAILED: &str = "ScaleUpFailed";
 pub const REASON_NOT_SEEN: &str = "GangNotSeenByAutoscaler";
 /// Reason of an event for a gang a node was reserved for.
 pub const REASON_NODE_RESERVED: &str = "NodeReserved";
+/// Event reason: the nodes added for the gang are not reserved, although its group's
+/// configuration reserves, because a DaemonSet that runs on the group lacks the toleration.
+pub const REASON_RESERVATION_OFF: &str = "ReservationOff";
 /// At most this many gangs get an event per decision.
 const MAX_EVENTS_PER_DECISION: usize = 20;
 
@@ -89,6 +92,23 @@ impl EventPublisher {
                     decision.group, a.nodes, a.nodes_all, a.nodes_min, decision.ca_delta, decision.applied_delta
                 ),
             ));
+        }
+        if let Some(why) = decision
+            .reservation_off
+            .as_ref()
+            .filter(|_| decision.is_accepted())
+        {
+            for a in decision.admitted.iter().take(MAX_EVENTS_PER_DECISION) {
+                out.push((
+                    a.gang.clone(),
+                    REASON_RESERVATION_OFF,
+                    "Warning",
+                    format!(
+                        "node group {}: the nodes added for this gang are not reserved for it: {why}",
+                        decision.group
+                    ),
+                ));
+            }
         }
         if !decision.is_accepted() {
             for d in decision.deferred.iter().take(MAX_EVENTS_PER_DECISION) {

@@ -10,7 +10,7 @@
 //! cli        ─► server, webhook, scaleup, audit, planner, cluster, config,
 //!               provision, migrate, doctor, telemetry, trace, model, yaml, clock
 //! webhook    ─► server (TLS, connections), migrate, model, config
-//! doctor     ─► provision, migrate, model, yaml
+//! doctor     ─► provision, migrate, planner, cluster, model, yaml
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
 //!               leader, metrics, readiness, telemetry, planner, model, clock
 //! grpc       ─► engine, provision, metrics, model, proto, clock,

@@ -159,6 +159,9 @@ pub struct Metrics {
     pub reservations_released: Family<ReleaseLabels, Counter>,
     /// Reservation tolerations added to pending gang members.
     pub reservation_tolerations_added: Counter,
+    /// Per group whose configuration reserves: the DaemonSets that run on its nodes without
+    /// tolerating the reservation taint (reservation is off for the group while above 0).
+    pub reservation_blocking_daemon_sets: Family<GroupLabels, Gauge>,
     /// Gangs pending now (fewer than minCount members placed, not reported scheduled).
     pub gangs_pending: Gauge,
     /// Sum over time of pending gangs: gang-seconds spent pending.
@@ -279,6 +282,7 @@ impl Metrics {
             reserved_nodes: Gauge::default(),
             reservations_released: Family::default(),
             reservation_tolerations_added: Counter::default(),
+            reservation_blocking_daemon_sets: Family::default(),
             gangs_pending: Gauge::default(),
             gangs_pending_seconds: Counter::default(),
             gangs_without_verdict: Gauge::default(),
@@ -416,6 +420,11 @@ impl Metrics {
             "tolerations_added",
             "reservation tolerations added to pending gang members by the lifecycle loop",
             self.reservation_tolerations_added.clone(),
+        );
+        r.register(
+            "blocking_daemon_sets",
+            "per group configured to reserve: DaemonSets that run on its nodes without tolerating the reservation taint; reservation is off for the group while above 0",
+            self.reservation_blocking_daemon_sets.clone(),
         );
         let g = registry.sub_registry_with_prefix("gangs");
         g.register(

@@ -11,6 +11,8 @@
 //! - [`admit()`]: the admission decision for one increase ([`mod@admit`]).
 //! - [`capacity()`]: every gang shape against every group, with the largest admissible
 //!   `minCount`, for `plan --simulate` ([`mod@capacity`]).
+//! - [`blocking_daemon_sets()`]: the DaemonSets that keep node reservation off for a group
+//!   ([`mod@reservation`]).
 //! - [`Reason`]: why something cannot be placed, shared by CLI, audit and metrics ([`explain`]).
 
 pub mod admit;
@@ -19,6 +21,7 @@ pub mod explain;
 pub mod fit;
 pub mod plan;
 mod predicates;
+pub mod reservation;
 pub mod shape;
 
 pub use admit::{
@@ -29,6 +32,7 @@ pub use capacity::{Capacity, GangShape, GroupCapacity, ShapeCapacity, Threshold,
 pub use explain::Reason;
 pub use fit::{GangFit, check_pod, fit, nodes_for_pods};
 pub use plan::{FitOutcome, GangPlan, GroupOption, Plan, plan};
+pub use reservation::{blocking_daemon_sets, reservation_off_reason};
 pub use shape::{Allocatable, NodeShape};
 
 #[cfg(test)]

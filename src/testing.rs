@@ -79,3 +79,32 @@ pub fn loaded(mut groups: Vec<NodeGroupSpec>) -> Loaded {
         groups,
     }
 }
+
+/// A DaemonSet `name` (`namespace/name`) whose pods select nodes by `selector` and tolerate
+/// each key in `tolerate` with `operator: Exists` (every effect).
+pub fn daemon_set(
+    name: &str,
+    selector: &[(&str, &str)],
+    tolerate: &[&str],
+) -> crate::model::reservation::DaemonSetDemand {
+    use crate::model::{PodDemand, Toleration, TolerationOperator};
+    crate::model::reservation::DaemonSetDemand {
+        name: name.to_owned(),
+        pod: PodDemand {
+            node_selector: selector
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            tolerations: tolerate
+                .iter()
+                .map(|key| Toleration {
+                    key: (*key).to_owned(),
+                    operator: TolerationOperator::Exists,
+                    value: String::new(),
+                    effect: None,
+                })
+                .collect(),
+            ..PodDemand::default()
+        },
+    }
+}

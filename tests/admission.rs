@@ -17,6 +17,7 @@ use gangscaler::engine::admission::{GangSource, StaticObjects, Unavailable};
 use gangscaler::engine::{Engine, Error};
 use gangscaler::grpc::status;
 use gangscaler::metrics::Metrics;
+use gangscaler::model::reservation::DaemonSetDemand;
 use gangscaler::model::{GpuSpec, NodeGroupSpec, Taint, TaintEffect, quantity::Quantity};
 use gangscaler::planner::Policy;
 use gangscaler::provision::memory::MemoryProvisioner;
@@ -224,6 +225,10 @@ impl GangSource for NeverSynced {
     fn view(&self, _now_unix: i64) -> Result<GangView, Unavailable> {
         Err(Unavailable::NotSynced)
     }
+
+    fn daemon_sets(&self) -> Option<Vec<DaemonSetDemand>> {
+        None
+    }
 }
 
 /// A view whose watches fail (the API server is down): its objects may be behind.
@@ -235,6 +240,10 @@ impl GangSource for Stale {
             kinds: vec!["Node".into(), "Pod".into()],
             for_: std::time::Duration::from_secs(42),
         }))
+    }
+
+    fn daemon_sets(&self) -> Option<Vec<DaemonSetDemand>> {
+        None
     }
 }
 
@@ -593,4 +602,108 @@ async fn a_backend_failure_after_the_decision_record_ends_its_scale_up_as_provis
         .store(false, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(e.increase_size("h100", 8).await.unwrap(), 8);
     assert_eq!(recorder.open_count(), 1);
+}
+
+/// A fixed object set with DaemonSets (`None`: not watched).
+struct WithDaemonSets(StaticObjects, Option<Vec<DaemonSetDemand>>);
+
+impl GangSource for WithDaemonSets {
+    fn view(&self, now_unix: i64) -> Result<GangView, Unavailable> {
+        self.0.view(now_unix)
+    }
+
+    fn daemon_sets(&self) -> Option<Vec<DaemonSetDemand>> {
+        self.1.clone()
+    }
+}
+
+/// A DaemonSet on every GPU node (it tolerates the GPU taint), and with `tolerates` the
+/// reservation taint too.
+fn gpu_daemon_set(name: &str, tolerates: bool) -> DaemonSetDemand {
+    let reserved = gangscaler::model::reservation::RESERVATION_TAINT;
+    let tolerate: &[&str] = if tolerates {
+        &["nvidia.com/gpu", reserved]
+    } else {
+        &["nvidia.com/gpu"]
+    };
+    testing::daemon_set(&format!("kube-system/{name}"), &[], tolerate)
+}
+
+#[tokio::test]
+async fn a_daemon_set_without_the_toleration_turns_a_groups_reservation_off_and_says_why() {
+    use gangscaler::audit::{self, Event};
+    use gangscaler::scaleup::{InstanceSource, Recorder, Timeouts};
+    let cases = [
+        (
+            Some(vec![gpu_daemon_set("plugin", false)]),
+            Some("kube-system/plugin"),
+        ),
+        (Some(vec![gpu_daemon_set("plugin", true)]), None),
+        (None, Some("not watched")),
+    ];
+    for (daemon_sets, off) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let (recorder, _) =
+            Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
+        let mut group = h100(4);
+        group.reservation.enabled = true;
+        let objects = gang("train", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z");
+        let set = ObjectSet::from_yaml_documents(&objects).unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
+        let watched = daemon_sets.is_some();
+        let e = Engine::new(
+            testing::loaded(vec![group]),
+            None,
+            provisioners,
+            metrics.clone(),
+        )
+        .await
+        .unwrap()
+        .with_admission(
+            Policy::Strict,
+            Arc::new(WithDaemonSets(StaticObjects(set), daemon_sets)),
+        )
+        .with_audit(Arc::new(recorder));
+        assert_eq!(
+            e.increase_size("h100", 1).await.unwrap(),
+            2,
+            "the gang is admitted"
+        );
+        let reading = audit::read_files(&[path]).unwrap();
+        let recorded: Vec<Option<String>> = reading
+            .records
+            .iter()
+            .filter_map(|r| match &r.event {
+                Event::Decision(d) => Some(d.reservation_off.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(recorded.len(), 1, "{recorded:?}");
+        let reserving = e.reservations()["h100"].enabled;
+        match off {
+            Some(needle) => {
+                let why = recorded[0].clone().unwrap_or_default();
+                assert!(why.contains(needle), "{why}");
+                assert!(
+                    !reserving,
+                    "the lifecycle loop reserves nothing for the group"
+                );
+            }
+            None => {
+                assert_eq!(recorded[0], None);
+                assert!(reserving, "a tolerating DaemonSet keeps reservation on");
+            }
+        }
+        if watched {
+            let blocking = metrics
+                .reservation_blocking_daemon_sets
+                .get_or_create(&gangscaler::metrics::GroupLabels {
+                    node_group: "h100".into(),
+                })
+                .get();
+            assert_eq!(blocking, i64::from(off.is_some()));
+        }
+    }
 }

@@ -59,6 +59,7 @@ fn decision(id: Option<String>, group: &str, verdict: Verdict, gangs: &[&str]) -
         unhostable: 0,
         duration_ms: None,
         reason: "generated".into(),
+        reservation_off: None,
     }
 }
 

@@ -274,6 +274,10 @@ pub struct DecisionEvent {
     pub duration_ms: Option<u64>,
     /// One sentence naming the numbers.
     pub reason: String,
+    /// Why the nodes added are not reserved although the group's configuration says they are
+    /// (a DaemonSet that runs on the group lacks the toleration); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation_off: Option<String>,
 }
 
 impl DecisionEvent {
@@ -367,6 +371,7 @@ impl From<&planner::Decision> for DecisionEvent {
             unhostable: d.unhostable,
             duration_ms: None,
             reason: d.reason.clone(),
+            reservation_off: d.reservation_off.clone(),
         }
     }
 }

@@ -277,6 +277,7 @@ pub(super) fn run_lifecycle_stress(
             unhostable: 0,
             duration_ms: None,
             reason: "lifecycle stress".into(),
+            reservation_off: None,
         };
         recorder.record(&Record::new(now_ms(), decision))?;
         ack(1)?;

@@ -97,6 +97,7 @@ fn provider_seen(dir: &Path, loaded: &crate::config::Loaded) -> ProviderSeen {
                 labels: crate::model::TemplateNode::for_group(g, &p.gpu_label)
                     .map(|t| t.metadata.labels)
                     .unwrap_or_default(),
+                taints: g.taints.clone(),
             })
             .collect(),
         protection: off_because.is_none(),

@@ -35,6 +35,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
     Container, NodeSelectorRequirement, PersistentVolume, Pod, PodSpec, ResourceRequirements,
     Volume,
@@ -45,6 +46,7 @@ use super::objects::ObjectSet;
 use super::pod::CompactPod;
 use super::problem::{ClaimCause, Issue};
 use crate::model::quantity::Quantity;
+use crate::model::reservation::DaemonSetDemand;
 use crate::model::{PodDemand, SelectorOperator, SelectorRequirement, Toleration};
 
 /// Prefix of the pseudo-label a `matchFields` requirement is written on.
@@ -158,6 +160,34 @@ pub(crate) fn resolve(pod: &CompactPod, objects: &ObjectSet) -> (PodDemand, Vec<
         unresolved_claims,
     };
     (demand, issues)
+}
+
+/// What node reservation reads of a DaemonSet: its `namespace/name` and its pod template's
+/// node selector, required node affinity and tolerations, read as a pod's are (resources and
+/// volumes are left out). A DaemonSet without a pod spec places nothing: `None`.
+pub fn daemon_set_demand(ds: &DaemonSet) -> Option<DaemonSetDemand> {
+    let spec = ds.spec.as_ref()?.template.spec.as_ref()?;
+    let name = format!(
+        "{}/{}",
+        ds.metadata.namespace.as_deref().unwrap_or_default(),
+        ds.metadata.name.as_deref().unwrap_or_default()
+    );
+    let mut issues = Vec::new();
+    let pod = PodDemand {
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        affinity_terms: affinity_terms(spec, &mut issues)
+            .iter()
+            .map(|t| t.to_vec())
+            .collect(),
+        tolerations: spec
+            .tolerations
+            .iter()
+            .flatten()
+            .filter_map(toleration)
+            .collect(),
+        ..PodDemand::default()
+    };
+    Some(DaemonSetDemand { name, pod })
 }
 
 /// Resource totals in thousandths of a unit, by resource name.

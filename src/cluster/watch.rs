@@ -1,7 +1,7 @@
 //! Watchers and reflector stores that keep a lean copy of the objects the adapters read: pods,
 //! PVCs, PVs, StorageClasses, CSIDrivers and the gang objects of the scheduling API version the
 //! cluster serves (found by discovery), plus CSINodes and VolumeAttachments for scale-up
-//! accounting and a [`NodeTable`] of the Nodes. [`ClusterView::snapshot`] turns the stores into
+//! accounting, DaemonSets for node reservation, and a [`NodeTable`] of the Nodes. [`ClusterView::snapshot`] turns the stores into
 //! an [`ObjectSet`], the only bridge to the pure adapters and planner.
 //!
 //! Memory: pods, by far the most numerous objects, are not kept as `k8s-openapi` objects but as
@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass, VolumeAttachment};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -72,11 +73,17 @@ pub struct ClusterView {
     nodes_listed: tokio::sync::watch::Receiver<bool>,
     csi_nodes: Store<CSINode>,
     attachments: Store<VolumeAttachment>,
+    /// DaemonSets, watched only when some group reserves at start
+    /// ([`ClusterView::watch_daemon_sets`]): a group they run on without tolerating the
+    /// reservation taint reserves nothing (`planner::reservation`).
+    daemon_sets: std::sync::OnceLock<Store<DaemonSet>>,
     gangs: Vec<(ApiResource, Store<DynamicObject>)>,
     gang_api: Option<String>,
     index: SharedIndex,
     ready: Arc<AtomicBool>,
     health: Arc<Health>,
+    /// For watchers started after [`ClusterView::start`].
+    client: kube::Client,
 }
 
 impl std::fmt::Debug for ClusterView {
@@ -91,6 +98,12 @@ impl std::fmt::Debug for ClusterView {
 
 fn drop_managed_fields<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
+}
+
+/// A DaemonSet is read for its pod template's placement only.
+fn drop_daemon_set_status(d: &mut DaemonSet) {
+    d.metadata.managed_fields = None;
+    d.status = None;
 }
 
 /// Which watchers have failed since they last listed their kind completely, and since when.
@@ -227,6 +240,8 @@ impl ClusterView {
                 h,
                 shutdown,
             ),
+            daemon_sets: std::sync::OnceLock::new(),
+            client,
             gangs,
             gang_api,
             index,
@@ -246,6 +261,11 @@ impl ClusterView {
             nodes_listed(self.nodes_listed.clone()),
             self.csi_nodes.wait_until_ready(),
             self.attachments.wait_until_ready(),
+            async {
+                if let Some(d) = self.daemon_sets.get() {
+                    let _ = d.wait_until_ready().await;
+                }
+            },
             futures::future::join_all(self.gangs.iter().map(|(_, s)| s.wait_until_ready())),
         );
         self.ready.store(true, Ordering::Release);
@@ -255,6 +275,35 @@ impl ClusterView {
     /// Whether every store has synced.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// Starts watching DaemonSets (node reservation needs them: see
+    /// [`daemon_set_demands`](Self::daemon_set_demands)); call before
+    /// [`wait_ready`](Self::wait_ready). A second call does nothing.
+    pub fn watch_daemon_sets(&self, shutdown: &CancellationToken) {
+        self.daemon_sets.get_or_init(|| {
+            info!("watching DaemonSets for node reservation");
+            typed_store(
+                &self.client,
+                "DaemonSet",
+                drop_daemon_set_status,
+                &self.health,
+                shutdown,
+            )
+        });
+    }
+
+    /// Every DaemonSet's placement, as node reservation reads it; `None` when DaemonSets are
+    /// not watched.
+    pub fn daemon_set_demands(&self) -> Option<Vec<crate::model::reservation::DaemonSetDemand>> {
+        let store = self.daemon_sets.get()?;
+        Some(
+            store
+                .state()
+                .iter()
+                .filter_map(|d| super::daemon_set_demand(d))
+                .collect(),
+        )
     }
 
     /// `Some` while the view may be behind the cluster: a watcher failed (e.g. the API server

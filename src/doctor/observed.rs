@@ -125,21 +125,8 @@ pub struct GroupSeen {
     pub reservation: bool,
     /// The template node's labels.
     pub labels: BTreeMap<String, String>,
-}
-
-/// A DaemonSet: what decides whether its pods can run on a reserved node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DaemonSetSeen {
-    /// `namespace/name`.
-    pub name: String,
-    /// Its pod template's `nodeSelector`.
-    pub node_selector: BTreeMap<String, String>,
-    /// Its pod template has required node affinity (not evaluated: the check may list a
-    /// DaemonSet that would not run on the group anyway).
-    pub has_node_affinity: bool,
-    /// Its pod template tolerates the reservation taint whatever its value: a toleration
-    /// with `operator: Exists` and the key (or no key), for `NoSchedule` (or every effect).
-    pub tolerates_reservation: bool,
+    /// The group's taints.
+    pub taints: Vec<crate::model::Taint>,
 }
 
 /// What the checks need of gangscaler's configuration (`--config`).
@@ -182,7 +169,7 @@ pub struct Observed {
     /// CSINodes.
     pub csi_nodes: Read<Vec<CsiNodeSeen>>,
     /// DaemonSets, every namespace (read only when some node group reserves).
-    pub daemon_sets: Read<Vec<DaemonSetSeen>>,
+    pub daemon_sets: Read<Vec<crate::model::reservation::DaemonSetDemand>>,
     /// gangscaler's configuration, when `--config` was given.
     pub provider: Option<ProviderSeen>,
 }

@@ -16,11 +16,10 @@ use tracing::debug;
 use super::checks::{GROUP, link_field};
 use super::flags::{self, Flag, Version};
 use super::{
-    Component, CsiDriverSeen, CsiNodeSeen, DaemonSetSeen, Error, Found, LinkProbe, NodeSeen,
-    Observed, ProviderSeen, Read, Result, SchedulerConfig, ServedVersion,
+    Component, CsiDriverSeen, CsiNodeSeen, Error, Found, LinkProbe, NodeSeen, Observed,
+    ProviderSeen, Read, Result, SchedulerConfig, ServedVersion,
 };
 use crate::model::labels;
-use crate::model::reservation::RESERVATION_TAINT;
 
 /// How long one API call may take before its check is reported as unknown.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -164,7 +163,12 @@ pub async fn observe(client: &kube::Client, given: Given) -> Observed {
             Api::<DaemonSet>::all(client.clone()).list(&ListParams::default()),
         )
         .await
-        .map(|l| l.items.iter().map(daemon_set_seen).collect())
+        .map(|l| {
+            l.items
+                .iter()
+                .filter_map(crate::cluster::daemon_set_demand)
+                .collect()
+        })
     } else {
         Ok(Vec::new())
     };
@@ -401,38 +405,6 @@ fn node_seen(n: &Node) -> NodeSeen {
             .and_then(|l| l.get(labels::NODE_GROUP))
             .cloned(),
         provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()),
-    }
-}
-
-fn daemon_set_seen(d: &DaemonSet) -> DaemonSetSeen {
-    let pod = d.spec.as_ref().and_then(|s| s.template.spec.as_ref());
-    let tolerates_reservation = pod.and_then(|p| p.tolerations.as_ref()).is_some_and(|ts| {
-        ts.iter().any(|t| {
-            let key = t.key.as_deref().unwrap_or_default();
-            t.operator.as_deref() == Some("Exists")
-                && (key.is_empty() || key == RESERVATION_TAINT)
-                && t.effect
-                    .as_deref()
-                    .is_none_or(|e| e.is_empty() || e == "NoSchedule")
-        })
-    });
-    DaemonSetSeen {
-        name: format!(
-            "{}/{}",
-            d.metadata.namespace.as_deref().unwrap_or_default(),
-            d.metadata.name.as_deref().unwrap_or_default()
-        ),
-        node_selector: pod
-            .and_then(|p| p.node_selector.clone())
-            .unwrap_or_default(),
-        has_node_affinity: pod
-            .and_then(|p| p.affinity.as_ref())
-            .and_then(|a| a.node_affinity.as_ref())
-            .is_some_and(|n| {
-                n.required_during_scheduling_ignored_during_execution
-                    .is_some()
-            }),
-        tolerates_reservation,
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::cluster::{self, ClusterView, GangView, ObjectSet, Stale};
+use crate::model::reservation::DaemonSetDemand;
 use crate::model::{GangRef, NodeGroupId, NodeGroupSpec};
 use crate::planner::{self, AdmissionInput, Decision, NodeShape, Policy};
 
@@ -29,6 +30,11 @@ pub trait GangSource: Send + Sync {
     /// # Errors
     /// [`Unavailable`] while the source has not synced, or may be behind the cluster.
     fn view(&self, now_unix: i64) -> Result<GangView, Unavailable>;
+
+    /// Every DaemonSet's placement (node reservation is off for a group one of them would run
+    /// on without tolerating the reservation taint); `None` when the source does not watch
+    /// DaemonSets.
+    fn daemon_sets(&self) -> Option<Vec<DaemonSetDemand>>;
 }
 
 impl GangSource for ClusterView {
@@ -41,6 +47,10 @@ impl GangSource for ClusterView {
         }
         Ok(self.gang_view(now_unix))
     }
+
+    fn daemon_sets(&self) -> Option<Vec<DaemonSetDemand>> {
+        self.daemon_set_demands()
+    }
 }
 
 /// A fixed set of objects (the `plan` command and tests).
@@ -50,6 +60,11 @@ pub struct StaticObjects(pub ObjectSet);
 impl GangSource for StaticObjects {
     fn view(&self, now_unix: i64) -> Result<GangView, Unavailable> {
         Ok(cluster::gangs(&self.0, now_unix))
+    }
+
+    /// A fixed object set holds no DaemonSets.
+    fn daemon_sets(&self) -> Option<Vec<DaemonSetDemand>> {
+        Some(Vec::new())
     }
 }
 
@@ -88,6 +103,26 @@ impl Admission {
     /// The policy.
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// The DaemonSets, sorted, that run on `group`'s nodes without tolerating the reservation
+    /// taint (see [`planner::blocking_daemon_sets`]); none for a group without a template;
+    /// `None` when the source does not watch DaemonSets.
+    pub fn blocking_daemon_sets(
+        &self,
+        group: &NodeGroupSpec,
+        gpu_label: &str,
+    ) -> Option<Vec<String>> {
+        let daemon_sets = self.source.daemon_sets()?;
+        let Some(shape) = NodeShape::from_group(group, gpu_label) else {
+            return Some(Vec::new());
+        };
+        Some(
+            planner::blocking_daemon_sets(&shape, &daemon_sets)
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+        )
     }
 
     /// Decides an increase of `group` (at `target`) by CA's `ca_delta`.

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use super::gang::{GangRef, Toleration, TolerationOperator};
+use super::gang::{GangRef, PodDemand, Toleration, TolerationOperator};
 use super::node_group::TaintEffect;
 
 /// The reservation taint's key.
@@ -103,6 +103,27 @@ pub fn tolerated(tolerations: &[Toleration], value: &str) -> bool {
         .any(|t| t.tolerates(RESERVATION_TAINT, value, RESERVATION_EFFECT))
 }
 
+/// A DaemonSet as reservation sees it: its `namespace/name` and its pod template's placement
+/// (node selector, required node affinity, tolerations; resources are not read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonSetDemand {
+    /// `namespace/name`.
+    pub name: String,
+    /// Its pod template's demand.
+    pub pod: PodDemand,
+}
+
+/// Whether `tolerations` let a pod onto every reserved node, whatever gang it is held for: a
+/// toleration with `operator: Exists` for the reservation key (or no key) and `NoSchedule`
+/// (or every effect), as a DaemonSet that must run on reserved nodes carries.
+pub fn tolerates_every_reservation(tolerations: &[Toleration]) -> bool {
+    tolerations.iter().any(|t| {
+        t.operator == TolerationOperator::Exists
+            && (t.key.is_empty() || t.key == RESERVATION_TAINT)
+            && t.effect.is_none_or(|e| e == RESERVATION_EFFECT)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +177,41 @@ mod tests {
             ..toleration_for(&v)
         };
         assert!(!tolerated(&[no_execute], &v), "the effect must match");
+    }
+
+    #[test]
+    fn only_an_exists_toleration_for_the_key_or_every_key_tolerates_every_reservation() {
+        let exists = |key: &str, effect| Toleration {
+            key: key.into(),
+            operator: TolerationOperator::Exists,
+            value: String::new(),
+            effect,
+        };
+        assert!(tolerates_every_reservation(&[exists(
+            RESERVATION_TAINT,
+            None
+        )]));
+        assert!(
+            tolerates_every_reservation(&[exists("", None)]),
+            "operator: Exists alone"
+        );
+        assert!(tolerates_every_reservation(&[exists(
+            RESERVATION_TAINT,
+            Some(TaintEffect::NoSchedule)
+        )]));
+        assert!(!tolerates_every_reservation(&[exists(
+            RESERVATION_TAINT,
+            Some(TaintEffect::NoExecute)
+        )]));
+        assert!(!tolerates_every_reservation(&[exists(
+            "nvidia.com/gpu",
+            None
+        )]));
+        let v = value_for(&gang("ml", "train"));
+        assert!(
+            !tolerates_every_reservation(&[toleration_for(&v)]),
+            "a member's toleration names one gang"
+        );
+        assert!(!tolerates_every_reservation(&[]));
     }
 }

@@ -261,6 +261,12 @@ pub struct Decision {
     pub unhostable: u32,
     /// One human sentence naming the numbers.
     pub reason: String,
+    /// Why the nodes of an accepted increase are not reserved although the group's
+    /// configuration says they are (a DaemonSet lacks the toleration, see
+    /// [`reservation_off_reason`](super::reservation_off_reason)); set by the engine, `None`
+    /// from [`admit`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation_off: Option<String>,
 }
 
 impl Decision {
@@ -457,6 +463,7 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
         covered,
         unhostable,
         reason: String::new(),
+        reservation_off: None,
     };
     decision.reason = explain(&decision, input.shape.is_none());
     decision

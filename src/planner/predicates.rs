@@ -76,7 +76,7 @@ pub(crate) fn check_into(
 
 /// Every `NoSchedule` and `NoExecute` taint must be tolerated; `PreferNoSchedule` is a
 /// preference and never blocks.
-fn tolerated(pod: &str, demand: &PodDemand, shape: &NodeShape) -> Result<(), Reason> {
+pub(super) fn tolerated(pod: &str, demand: &PodDemand, shape: &NodeShape) -> Result<(), Reason> {
     for taint in shape.taints() {
         if taint.effect == TaintEffect::PreferNoSchedule {
             continue;
@@ -102,7 +102,7 @@ fn tolerated(pod: &str, demand: &PodDemand, shape: &NodeShape) -> Result<(), Rea
 
 /// `nodeSelector` must match exactly; at least one required node-affinity term must match.
 /// As in Kubernetes, an empty term matches no node.
-fn selected(pod: &str, demand: &PodDemand, shape: &NodeShape) -> Result<(), Reason> {
+pub(super) fn selected(pod: &str, demand: &PodDemand, shape: &NodeShape) -> Result<(), Reason> {
     let labels = shape.labels();
     for (key, value) in &demand.node_selector {
         if labels.get(key) != Some(value) {

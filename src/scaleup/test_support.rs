@@ -42,5 +42,6 @@ pub(crate) fn decision(id: Option<&str>, verdict: Verdict, gangs: &[&str]) -> De
         unhostable: 0,
         duration_ms: None,
         reason: "test".into(),
+        reservation_off: None,
     }
 }

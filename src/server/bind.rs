@@ -61,9 +61,12 @@ impl Server {
         let watch_shutdown = CancellationToken::new();
         let k8s_watch = loaded.provider.kubernetes.watch;
         readiness.set(Condition::Synced, !k8s_watch);
+        // Node reservation reads DaemonSets; they are watched (and need RBAC) only when some
+        // group reserves.
         let view = start_view(
             backends.client.as_ref(),
             k8s_watch,
+            loaded.groups.iter().any(|g| g.reservation.enabled),
             &readiness,
             &watch_shutdown,
         )
@@ -254,10 +257,12 @@ async fn backends(
 }
 
 /// The cluster view when `watch` is on (readiness's `Synced` turns true once it has
-/// synced), or `None`: then gang admission is inactive.
+/// synced), or `None`: then gang admission is inactive. With `daemon_sets`, it watches
+/// DaemonSets too.
 async fn start_view(
     client: Option<&kube::Client>,
     watch: bool,
+    daemon_sets: bool,
     readiness: &Arc<Readiness>,
     watch_shutdown: &CancellationToken,
 ) -> Result<Option<Arc<ClusterView>>, Error> {
@@ -266,6 +271,9 @@ async fn start_view(
             let view = ClusterView::start(client.clone(), watch_shutdown)
                 .await
                 .map_err(Error::Watch)?;
+            if daemon_sets {
+                view.watch_daemon_sets(watch_shutdown);
+            }
             let view = Arc::new(view);
             let syncing = view.clone();
             let flag = readiness.clone();

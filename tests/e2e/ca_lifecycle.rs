@@ -397,6 +397,33 @@ async fn ds_nodes(s: &Scenario, name: &str) -> std::collections::BTreeSet<String
         .collect()
 }
 
+/// `gangscaler doctor`'s `reservation/daemonsets` row for the scenario's cluster and config.
+fn doctor_daemon_sets_row(s: &Scenario) -> serde_json::Value {
+    let out = std::process::Command::new(super::support::gangscaler_bin())
+        .arg("doctor")
+        .arg("--kubeconfig")
+        .arg(&s.cluster.kubeconfig)
+        .arg("--config")
+        .arg(&s.config)
+        .args(["-o", "json"])
+        .env("GANGSCALER_LOG", "warn")
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "reservation/daemonsets")
+        .unwrap_or_else(|| panic!("no reservation/daemonsets row: {report:#}"))
+        .clone()
+}
+
 /// The reservation taint's value on `node`, if it carries the taint.
 fn reservation_of(node: &Node) -> Option<String> {
     node.spec
@@ -453,11 +480,9 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
         },
     )
     .await;
-    // DaemonSets on the group's nodes: one tolerating the reservation taint runs its pods on
-    // the reserved nodes; one without the toleration gets none there.
-    for (name, tolerates) in [("ds-tolerating", true), ("ds-plain", false)] {
-        create_dynamic(&s.client, daemon_set(name, tolerates)).await;
-    }
+    // A DaemonSet on the group's nodes that tolerates the reservation taint runs its pods on
+    // the reserved nodes, and doctor finds nothing to say.
+    create_dynamic(&s.client, daemon_set("ds-tolerating", true)).await;
     eventually(
         "the tolerating DaemonSet's pods on every reserved node",
         Duration::from_secs(60),
@@ -467,40 +492,8 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
         },
     )
     .await;
-    assert!(
-        ds_nodes(&s, "ds-plain").await.is_disjoint(&held),
-        "a DaemonSet without the toleration got a pod onto a reserved node"
-    );
-    // gangscaler doctor names the DaemonSet that lacks the toleration, and only it.
-    let out = std::process::Command::new(super::support::gangscaler_bin())
-        .arg("doctor")
-        .arg("--kubeconfig")
-        .arg(&s.cluster.kubeconfig)
-        .arg("--config")
-        .arg(&s.config)
-        .args(["-o", "json"])
-        .env("GANGSCALER_LOG", "warn")
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "doctor printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let row = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["id"] == "reservation/daemonsets")
-        .unwrap_or_else(|| panic!("no reservation/daemonsets row: {report:#}"))
-        .clone();
-    let found = row["found"].as_str().unwrap();
-    assert_eq!(row["status"], "error", "{row:#}");
-    assert!(
-        found.contains("default/ds-plain") && !found.contains("ds-tolerating"),
-        "{row:#}"
-    );
+    let row = doctor_daemon_sets_row(&s);
+    assert_eq!(row["status"], "ok", "{row:#}");
     let value_before: Vec<Option<String>> = s
         .group_nodes("gpu")
         .await
@@ -603,6 +596,81 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
         s.running("third").await.len() == 4,
         "the third gang kept running"
     );
+    // A DaemonSet on the group's nodes without the toleration: reservation goes off for the
+    // group (doctor, the metric, the decision record and an Event say so), and the nodes
+    // added for the next gang carry no taint, so the DaemonSet's pods run there too.
+    create_dynamic(&s.client, daemon_set("ds-plain", false)).await;
+    let row = doctor_daemon_sets_row(&s);
+    let found = row["found"].as_str().unwrap();
+    assert_eq!(row["status"], "error", "{row:#}");
+    assert!(
+        found.contains("default/ds-plain") && !found.contains("ds-tolerating"),
+        "{row:#}"
+    );
+    eventually(
+        "the metric counts the DaemonSet that keeps reservation off",
+        Duration::from_secs(30),
+        || async {
+            let m = s.gangscaler_metrics().await;
+            (metric_value(
+                &m,
+                "gangscaler_reservation_blocking_daemon_sets",
+                &[("node_group", "gpu")],
+            ) == Some(1.0))
+            .then_some(())
+        },
+    )
+    .await;
+    let before: std::collections::BTreeSet<String> = s
+        .group_nodes("gpu")
+        .await
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    s.create_gang(&GangSpec::new("after", 4)).await;
+    let after = s.wait_running("after", 4, Duration::from_secs(120)).await;
+    let added: std::collections::BTreeSet<String> = after.difference(&before).cloned().collect();
+    assert!(
+        !added.is_empty(),
+        "the fourth gang got new nodes: {after:?}"
+    );
+    let nodes = s.group_nodes("gpu").await;
+    assert!(
+        nodes.iter().all(|n| reservation_of(n).is_none()),
+        "no node reserved while reservation is off"
+    );
+    eventually(
+        "the DaemonSet without the toleration runs on the new nodes",
+        Duration::from_secs(60),
+        || async {
+            ds_nodes(&s, "ds-plain")
+                .await
+                .is_superset(&added)
+                .then_some(())
+        },
+    )
+    .await;
+    let records = s.records();
+    let off: Vec<&str> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Decision(d) if d.gangs.iter().any(|g| g.gang.name.starts_with("after")) => {
+                d.reservation_off.as_deref()
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !off.is_empty() && off.iter().all(|why| why.contains("default/ds-plain")),
+        "the decision record says why the nodes are not reserved: {off:?}"
+    );
+    assert!(
+        !records.iter().any(|r| matches!(&r.event,
+            Event::Reservation(e) if e.action == ReservationAction::Reserved && added.contains(&e.node))),
+        "no reservation recorded for the new nodes"
+    );
+    let reasons = super::gang_event_reasons(&s.client, "after").await;
+    assert!(reasons.iter().any(|r| r == "ReservationOff"), "{reasons:?}");
     Row::new(
         &s,
         "reserved nodes: a third gang gets its own, the booking deadline (40s) frees the rest",
@@ -611,7 +679,7 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
         )
         .outcome("succeeded (third); held released at its booking deadline")
         .note(format!(
-            "4 nodes (all of the group's) reserved for a gang that could not use them (RDMA 10 min late); CA's ask for it again was rejected (all_covered); kill -9 + restart kept every reservation; a DaemonSet tolerating the taint ran on the reserved nodes, one without did not and doctor named it; the third gang got new nodes, none of the reserved ones; at the deadline the reserved nodes lost taint and protection and CA removed them {scaled_down:.1}s later"
+            "4 nodes (all of the group's) reserved for a gang that could not use them (RDMA 10 min late); CA's ask for it again was rejected (all_covered); kill -9 + restart kept every reservation; a DaemonSet tolerating the taint ran on the reserved nodes; the third gang got new nodes, none of the reserved ones; at the deadline the reserved nodes lost taint and protection and CA removed them {scaled_down:.1}s later; then a DaemonSet without the toleration turned reservation off for the group (doctor, metric, decision record, Event) and a fourth gang's new nodes came untainted and ran it"
         ))
         .record();
 }

@@ -1,12 +1,17 @@
 //! Node reservation and DaemonSets: a DaemonSet whose pods must run on a reserving group's
 //! nodes (device plugin, CSI node plugin, network agents) and that does not tolerate the
-//! reservation taint never gets a pod onto a reserved node, so a GPU node never advertises its
-//! GPUs and the gang waits until the booking deadline (`docs/reservation.md#daemonsets`).
+//! reservation taint would never get a pod onto a reserved node, so gangscaler keeps
+//! reservation off for that group while it lasts (`docs/reservation.md#daemonsets`). The same
+//! test as the server's ([`planner::blocking_daemon_sets`]): the DaemonSet's node selector and
+//! required node affinity select the group's template node and it tolerates the group's own
+//! taints.
 
 use std::collections::BTreeMap;
 
 use crate::doctor::{Observed, Row, Status};
+use crate::model::NodeGroupId;
 use crate::model::reservation::RESERVATION_TAINT;
+use crate::planner::{self, Allocatable, NodeShape};
 
 const ID: &str = "reservation/daemonsets";
 
@@ -30,19 +35,18 @@ pub(super) fn rows(o: &Observed) -> Vec<Row> {
         }
         Ok(d) => d,
     };
-    // DaemonSet → the reserving groups whose template nodes its nodeSelector selects.
-    let mut lacking: BTreeMap<&str, (Vec<&str>, bool)> = BTreeMap::new();
-    for d in daemon_sets.iter().filter(|d| !d.tolerates_reservation) {
-        for g in &reserving {
-            let selects = d
-                .node_selector
-                .iter()
-                .all(|(k, v)| g.labels.get(k) == Some(v));
-            if selects {
-                let e = lacking.entry(&d.name).or_default();
-                e.0.push(&g.id);
-                e.1 |= d.has_node_affinity;
-            }
+    // DaemonSet → the reserving groups it keeps reservation off for.
+    let mut lacking: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for g in &reserving {
+        let shape = NodeShape::new(
+            NodeGroupId::new(g.id.as_str()),
+            Allocatable::default(),
+            g.labels.clone(),
+            g.taints.clone(),
+            BTreeMap::new(),
+        );
+        for name in planner::blocking_daemon_sets(&shape, daemon_sets) {
+            lacking.entry(name).or_default().push(&g.id);
         }
     }
     let groups: Vec<&str> = reserving.iter().map(|g| g.id.as_str()).collect();
@@ -51,7 +55,7 @@ pub(super) fn rows(o: &Observed) -> Vec<Row> {
             ID,
             Status::Ok,
             format!(
-                "every DaemonSet that selects the nodes of reserving groups ({}) tolerates {RESERVATION_TAINT}",
+                "every DaemonSet that runs on the nodes of reserving groups ({}) tolerates {RESERVATION_TAINT}",
                 groups.join(", ")
             ),
             "",
@@ -59,23 +63,13 @@ pub(super) fn rows(o: &Observed) -> Vec<Row> {
     }
     let list: Vec<String> = lacking
         .iter()
-        .map(|(name, (groups, affinity))| {
-            format!(
-                "{name} (groups {}{})",
-                groups.join(", "),
-                if *affinity {
-                    "; its required node affinity was not evaluated"
-                } else {
-                    ""
-                }
-            )
-        })
+        .map(|(name, groups)| format!("{name} (groups {})", groups.join(", ")))
         .collect();
     vec![Row::new(
         ID,
         Status::Error,
         format!(
-            "{} DaemonSet(s) select the nodes of reserving groups and do not tolerate the reservation taint, so they get no pod there until the booking deadline: {}",
+            "{} DaemonSet(s) run on the nodes of reserving groups and do not tolerate the reservation taint, so gangscaler keeps reservation off for those groups: {}",
             lacking.len(),
             list.join("; ")
         ),

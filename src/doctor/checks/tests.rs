@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use super::*;
 use crate::doctor::{
-    Component, CsiDriverSeen, CsiNodeSeen, DaemonSetSeen, Found, GroupSeen, NodeSeen, ProviderSeen,
+    Component, CsiDriverSeen, CsiNodeSeen, Found, GroupSeen, NodeSeen, ProviderSeen,
     SchedulerConfig, ServedVersion,
 };
+use crate::model::reservation::{DaemonSetDemand, RESERVATION_TAINT};
+use crate::model::{Taint, TaintEffect};
 
 const NO_DRA: &str = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
     profiles:\n- schedulerName: default-scheduler\n  plugins:\n    multiPoint:\n      disabled: [{name: DynamicResources}]\n";
@@ -123,6 +125,11 @@ fn healthy(minor: u32) -> Observed {
                     ("gangscaler.io/node-group".to_owned(), "gpu".to_owned()),
                     ("nvidia.com/gpu.present".to_owned(), "true".to_owned()),
                 ]),
+                taints: vec![Taint {
+                    key: "nvidia.com/gpu".to_owned(),
+                    value: "present".to_owned(),
+                    effect: TaintEffect::NoSchedule,
+                }],
             }],
             protection: true,
             protection_off_because: None,
@@ -794,16 +801,13 @@ fn the_report_sums_its_rows_and_renders_as_table_and_json() {
     assert_eq!(report(&healthy(36)).status, Status::Warn);
 }
 
-fn daemon_set(name: &str, selector: &[(&str, &str)], tolerates: bool) -> DaemonSetSeen {
-    DaemonSetSeen {
-        name: format!("kube-system/{name}"),
-        node_selector: selector
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        has_node_affinity: false,
-        tolerates_reservation: tolerates,
-    }
+fn daemon_set(name: &str, selector: &[(&str, &str)], tolerates: bool) -> DaemonSetDemand {
+    let tolerate: &[&str] = if tolerates {
+        &["nvidia.com/gpu", RESERVATION_TAINT]
+    } else {
+        &["nvidia.com/gpu"]
+    };
+    crate::testing::daemon_set(&format!("kube-system/{name}"), selector, tolerate)
 }
 
 #[test]
