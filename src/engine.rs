@@ -604,7 +604,7 @@ impl InstanceSource for Engine {
     }
 
     /// The configured settings, with reservation off for every group a DaemonSet keeps it
-    /// off for (see [`Engine::reservation_off`]).
+    /// off for (see the private `Engine::reservation_off`).
     fn reservations(&self) -> BTreeMap<String, crate::model::ReservationSpec> {
         let cfg = self.config.load();
         cfg.groups
