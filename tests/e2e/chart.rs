@@ -39,6 +39,11 @@ pub fn e2e_values() -> PathBuf {
 /// `helm template <release> charts/gangscaler --namespace <namespace> -f <values>...`, parsed:
 /// one JSON value per rendered object, in helm's order.
 pub fn render(release: &str, namespace: &str, values: &[&Path]) -> Vec<Value> {
+    render_with(release, namespace, values, &[])
+}
+
+/// [`render`] with more helm arguments (`--kube-version`, for templates that depend on it).
+pub fn render_with(release: &str, namespace: &str, values: &[&Path], args: &[&str]) -> Vec<Value> {
     let helm = Versions::load().helm_bin();
     let mut cmd = Command::new(&helm);
     cmd.args(["template", release])
@@ -47,6 +52,7 @@ pub fn render(release: &str, namespace: &str, values: &[&Path]) -> Vec<Value> {
     for v in values {
         cmd.arg("--values").arg(v);
     }
+    cmd.args(args);
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", helm.display()));

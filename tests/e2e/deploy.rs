@@ -104,6 +104,8 @@ async fn every_chart_object_applies_and_gangscaler_serves_the_rendered_config_un
         "ClusterRole",
         "Deployment",
         "PodDisruptionBudget",
+        // The webhook (webhook.enabled in the CI value set), its CA injected by cert-manager.
+        "MutatingWebhookConfiguration",
     ] {
         assert!(
             applied

@@ -1,9 +1,10 @@
 //! The migration toolkit against the real API server of the row (`E2E_K8S_MINOR`):
 //! `gangscaler convert`'s output accepted by a server-side dry run, and the compatibility
-//! webhook called by kube-apiserver over mutual TLS, its pods then gang-scheduled by the real
-//! scheduler on nodes the real cluster-autoscaler added through gangscaler.
+//! webhook called by kube-apiserver over mutual TLS, deployed from the chart's objects, its pods
+//! then gang-scheduled by the real scheduler on nodes the real cluster-autoscaler added through
+//! gangscaler.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use rcgen::ExtendedKeyUsagePurpose;
 use serde_json::{Value, json};
 
 use super::ca_scaleup::assert_ca_made_the_calls;
+use super::chart;
 use super::harness::{Cluster, Proc, TestCa, Versions, eventually, free_port, write};
 use super::scenario::{GPU, GPUS_PER_NODE, Group, Scenario, Setup};
 use super::support::try_create;
@@ -147,10 +149,9 @@ async fn converted_manifests_are_accepted_by_the_rows_api_server() {
     );
 }
 
-/// The webhook process (`gangscaler webhook`) with a serving certificate from its own CA and,
-/// with `mutual`, the control plane's CA as its client CA and reservation tolerations on;
-/// returns it, its port and its CA (PEM).
-fn start_webhook(cluster: &Cluster, mutual: bool) -> (Proc, u16, String) {
+/// A serving certificate for 127.0.0.1 from a CA of its own, in `<run>/webhook/tls.crt` and
+/// `tls.key`: the folder and the CA (PEM).
+fn webhook_certificate(cluster: &Cluster) -> (PathBuf, String) {
     let dir = cluster.dir.join("webhook");
     std::fs::create_dir_all(&dir).unwrap();
     let ca = TestCa::new("gangscaler-webhook-ca");
@@ -162,6 +163,13 @@ fn start_webhook(cluster: &Cluster, mutual: bool) -> (Proc, u16, String) {
     );
     write(&dir.join("tls.crt"), &cert);
     write(&dir.join("tls.key"), &key);
+    (dir, ca.pem())
+}
+
+/// The webhook process (`gangscaler webhook`), server TLS only, as admin; returns it, its
+/// port and its CA (PEM).
+fn start_webhook(cluster: &Cluster) -> (Proc, u16, String) {
+    let (dir, ca) = webhook_certificate(cluster);
     let port = free_port();
     let mut cmd = Command::new(gangscaler_bin());
     cmd.args([
@@ -171,18 +179,112 @@ fn start_webhook(cluster: &Cluster, mutual: bool) -> (Proc, u16, String) {
         &format!("--tls-key={}", dir.join("tls.key").display()),
         &format!("--kubeconfig={}", cluster.kubeconfig.display()),
     ]);
-    if mutual {
-        cmd.arg(format!(
-            "--client-ca={}",
-            cluster.dir.join("ca.crt").display()
-        ));
-        cmd.arg("--reservation-tolerations");
-    }
     (
         Proc::spawn_logged("gangscaler-webhook", &cluster.dir, cmd),
         port,
-        ca.pem(),
+        ca,
     )
+}
+
+/// The webhook as the chart deploys it (`webhook.enabled`, reservation tolerations, mutual TLS
+/// with the control plane's CA as client CA): the chart's webhook objects are rendered for the
+/// row's version and applied, the API server calls the webhook at the chart's
+/// MutatingWebhookConfiguration (its `url`, as the webhook runs on the host), and the process
+/// runs with the Deployment's arguments, its mounted files where the volumes say, as the
+/// webhook's ServiceAccount. Returns the process.
+async fn start_chart_webhook(s: &Scenario) -> Proc {
+    let (dir, ca) = webhook_certificate(&s.cluster);
+    let port = free_port();
+    let client_ca = std::fs::read_to_string(s.cluster.dir.join("ca.crt")).unwrap();
+    let values = dir.join("values.yaml");
+    // JSON is YAML.
+    write(
+        &values,
+        &json!({"webhook": {
+            "enabled": true,
+            "replicaCount": 0,
+            "reservationTolerations": true,
+            "url": format!("https://127.0.0.1:{port}/mutate"),
+            "caBundle": base64(&ca),
+            "clientCa": client_ca,
+        }})
+        .to_string(),
+    );
+    let kube_version = Versions::load().k8s;
+    let objects: Vec<Value> = chart::render_with(
+        chart::RELEASE,
+        chart::NAMESPACE,
+        &[&chart::e2e_values(), &values],
+        &["--kube-version", &kube_version],
+    )
+    .into_iter()
+    .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook")
+    .collect();
+    let applied = chart::apply(&s.client, chart::NAMESPACE, &objects).await;
+    for kind in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "ConfigMap",
+        "Service",
+        "PodDisruptionBudget",
+        "MutatingWebhookConfiguration",
+    ] {
+        assert!(
+            applied
+                .applied
+                .iter()
+                .any(|a| a.starts_with(&format!("{kind} "))),
+            "the chart's webhook {kind} was applied: {applied:?}"
+        );
+    }
+    let deployment = chart::of_kind(&objects, "Deployment")[0].clone();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let sa = pod["serviceAccountName"].as_str().unwrap();
+    let kubeconfig = chart::service_account_kubeconfig(&s.cluster, chart::NAMESPACE, sa).await;
+    // Each mount's files, on the host: the Secret's are the certificate above, a ConfigMap's
+    // are written from the rendered object.
+    let container = &pod["containers"][0];
+    let mut mounts: Vec<(String, PathBuf)> = Vec::new();
+    for m in container["volumeMounts"].as_array().unwrap() {
+        let name = m["name"].as_str().unwrap();
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap();
+        let local = if volume.get("secret").is_some() {
+            dir.clone()
+        } else {
+            let cm_name = volume["configMap"]["name"].as_str().unwrap();
+            let cm = chart::of_kind(&objects, "ConfigMap")
+                .into_iter()
+                .find(|c| c["metadata"]["name"] == cm_name)
+                .unwrap_or_else(|| panic!("the chart renders ConfigMap {cm_name}"));
+            let local = dir.join(name);
+            std::fs::create_dir_all(&local).unwrap();
+            for (file, text) in cm["data"].as_object().unwrap() {
+                write(&local.join(file), text.as_str().unwrap());
+            }
+            local
+        };
+        mounts.push((m["mountPath"].as_str().unwrap().to_owned(), local));
+    }
+    let mut cmd = Command::new(gangscaler_bin());
+    for arg in container["args"].as_array().unwrap() {
+        let mut arg = arg.as_str().unwrap().to_owned();
+        if arg.starts_with("--listen=") {
+            arg = format!("--listen=127.0.0.1:{port}");
+        }
+        for (path, local) in &mounts {
+            arg = arg.replace(path.as_str(), &local.display().to_string());
+        }
+        cmd.arg(arg);
+    }
+    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()));
+    Proc::spawn_logged("gangscaler-webhook", &s.cluster.dir, cmd)
 }
 
 fn base64(pem: &str) -> String {
@@ -255,7 +357,7 @@ async fn the_webhook_without_a_client_ca_serves_an_api_server_that_trusts_its_ce
     let to = row_api();
     let cluster = Cluster::start("webhook-server-tls").await;
     let client = cluster.client().await;
-    let (mut webhook, port, ca) = start_webhook(&cluster, false);
+    let (mut webhook, port, ca) = start_webhook(&cluster);
     register_webhook(&client, port, &ca).await;
     let workload = if to == GangApi::V1Alpha1 {
         json!({"podGroups": [{"name": "workers", "policy": {"basic": {}}}]})
@@ -298,8 +400,7 @@ async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_
         vec![Group::new("gpu", 4).extra(super::ca_lifecycle::RESERVATION)],
     );
     let s = Scenario::start(setup).await;
-    let (mut webhook, port, ca) = start_webhook(&s.cluster, true);
-    register_webhook(&s.client, port, &ca).await;
+    let mut webhook = start_chart_webhook(&s).await;
 
     let workload = if to == GangApi::V1Alpha1 {
         json!({"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 4}}}]})

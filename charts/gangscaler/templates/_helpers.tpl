@@ -229,3 +229,44 @@ key: {{ $dir }}/tls.key
 cacert: {{ $dir }}/ca.crt
 {{- end }}
 {{- end }}
+
+{{/* The webhook's objects (webhook.enabled): their name, and labels that select its pods and
+not gangscaler's own (whose Service and PodDisruptionBudget select by name and instance). */}}
+{{- define "gangscaler.webhookName" -}}
+{{- printf "%s-webhook" (include "gangscaler.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gangscaler.webhookSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gangscaler.name" . }}-webhook
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "gangscaler.webhookLabels" -}}
+helm.sh/chart: {{ include "gangscaler.chart" . }}
+{{ include "gangscaler.webhookSelectorLabels" . }}
+app.kubernetes.io/component: webhook
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.additionalLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The webhook's serving Secret (tls.crt, tls.key). */}}
+{{- define "gangscaler.webhookTlsSecret" -}}
+{{- default (printf "%s-tls" (include "gangscaler.webhookName" .)) .Values.webhook.tls.existingSecret }}
+{{- end }}
+
+{{/* The pod field that links a pod to its gang natively on the target cluster:
+spec.workloadRef on 1.35, spec.schedulingGroup from 1.36 (webhook.nativeLinkField overrides). */}}
+{{- define "gangscaler.webhookNativeLinkField" -}}
+{{- if .Values.webhook.nativeLinkField }}
+{{- .Values.webhook.nativeLinkField }}
+{{- else if semverCompare "<1.36-0" .Capabilities.KubeVersion.Version }}
+{{- "workloadRef" }}
+{{- else }}
+{{- "schedulingGroup" }}
+{{- end }}
+{{- end }}
