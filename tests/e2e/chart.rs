@@ -5,6 +5,7 @@
 //! API groups the test cluster does not serve (Prometheus Operator, cert-manager) are skipped
 //! and named; every other object must apply.
 
+use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -124,6 +125,45 @@ pub struct Applied {
     pub applied: Vec<String>,
     /// `Kind name (apiVersion not served)` of every object skipped.
     pub skipped: Vec<String>,
+}
+
+impl Applied {
+    /// Asserts that at least one object of each of `kinds` was applied.
+    pub fn assert_kinds(&self, kinds: &[&str]) {
+        for kind in kinds {
+            assert!(
+                self.applied
+                    .iter()
+                    .any(|a| a.starts_with(&format!("{kind} "))),
+                "{kind} applied: {:?}",
+                self.applied
+            );
+        }
+    }
+}
+
+/// The `data` of the rendered ConfigMap `name`.
+pub fn config_map_data<'a>(objects: &'a [Value], name: &str) -> &'a serde_json::Map<String, Value> {
+    of_kind(objects, "ConfigMap")
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == name)
+        .and_then(|o| o["data"].as_object())
+        .unwrap_or_else(|| panic!("the chart renders ConfigMap {name} with data"))
+}
+
+/// Writes `data` into `dir` the way kubelet mounts a ConfigMap: the files in a timestamped
+/// directory, a `..data` symlink to it, and one symlink per key through `..data`.
+pub fn mount_like_kubelet(dir: &Path, data: &serde_json::Map<String, Value>) {
+    let stamp = dir.join("..2026_12_01_00_00_00.000000001");
+    std::fs::create_dir_all(&stamp).unwrap();
+    for (key, value) in data {
+        write(
+            &stamp.join(key),
+            value.as_str().expect("ConfigMap data is text"),
+        );
+        symlink(Path::new("..data").join(key), dir.join(key)).unwrap();
+    }
+    symlink(stamp.file_name().unwrap(), dir.join("..data")).unwrap();
 }
 
 /// Apply order: the namespace's ServiceAccount and RBAC first (gangscaler needs them before it

@@ -5,7 +5,6 @@
 //! log, which shows that the scenarios really run on the chart's RBAC and nothing more.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,30 +19,6 @@ use super::chart::{self, chart_dir};
 use super::harness::{self, Cluster, TestCa, eventually, free_port, write};
 use super::scenario::{GangSpec, Group, Scenario, Setup};
 use super::{gangscaler_bin, start_gangscaler_with_env};
-
-/// The `data` of the rendered ConfigMap `name`.
-fn config_map_data<'a>(objects: &'a [Value], name: &str) -> &'a serde_json::Map<String, Value> {
-    chart::of_kind(objects, "ConfigMap")
-        .into_iter()
-        .find(|o| o["metadata"]["name"] == name)
-        .and_then(|o| o["data"].as_object())
-        .unwrap_or_else(|| panic!("the chart renders ConfigMap {name} with data"))
-}
-
-/// Writes `data` into `dir` the way kubelet mounts a ConfigMap: the files in a timestamped
-/// directory, a `..data` symlink to it, and one symlink per key through `..data`.
-fn mount_like_kubelet(dir: &Path, data: &serde_json::Map<String, Value>) {
-    let stamp = dir.join("..2026_12_01_00_00_00.000000001");
-    std::fs::create_dir_all(&stamp).unwrap();
-    for (key, value) in data {
-        write(
-            &stamp.join(key),
-            value.as_str().expect("ConfigMap data is text"),
-        );
-        symlink(Path::new("..data").join(key), dir.join(key)).unwrap();
-    }
-    symlink(stamp.file_name().unwrap(), dir.join("..data")).unwrap();
-}
 
 #[tokio::test]
 #[ignore = "needs e2e binaries: tests/e2e/build.sh"]
@@ -98,7 +73,7 @@ async fn every_chart_object_applies_and_gangscaler_serves_the_rendered_config_un
         applied.skipped
     );
     assert_eq!(applied.applied.len() + applied.skipped.len(), ha.len());
-    for kind in [
+    applied.assert_kinds(&[
         "Role",
         "RoleBinding",
         "ClusterRole",
@@ -106,16 +81,7 @@ async fn every_chart_object_applies_and_gangscaler_serves_the_rendered_config_un
         "PodDisruptionBudget",
         // The webhook (webhook.enabled in the CI value set), its CA injected by cert-manager.
         "MutatingWebhookConfiguration",
-    ] {
-        assert!(
-            applied
-                .applied
-                .iter()
-                .any(|a| a.starts_with(&format!("{kind} "))),
-            "{kind} applied: {:?}",
-            applied.applied
-        );
-    }
+    ]);
     // The Deployment as the API server stored it.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "gangscaler-ha");
     let d = deployments.get("gangscaler-ha").await.unwrap();
@@ -160,10 +126,10 @@ async fn every_chart_object_applies_and_gangscaler_serves_the_rendered_config_un
     for d in [&config, &nodegroups, &tls, &root.join("audit")] {
         std::fs::create_dir_all(d).unwrap();
     }
-    mount_like_kubelet(&config, config_map_data(&ha, "gangscaler-ha"));
-    mount_like_kubelet(
+    chart::mount_like_kubelet(&config, chart::config_map_data(&ha, "gangscaler-ha"));
+    chart::mount_like_kubelet(
         &nodegroups,
-        config_map_data(&ha, "gangscaler-ha-nodegroups"),
+        chart::config_map_data(&ha, "gangscaler-ha-nodegroups"),
     );
     let provider = std::fs::read_to_string(config.join("provider.yaml")).unwrap();
     assert!(

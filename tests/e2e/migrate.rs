@@ -221,7 +221,7 @@ async fn start_chart_webhook(s: &Scenario) -> Proc {
     .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook")
     .collect();
     let applied = chart::apply(&s.client, chart::NAMESPACE, &objects).await;
-    for kind in [
+    applied.assert_kinds(&[
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -230,21 +230,13 @@ async fn start_chart_webhook(s: &Scenario) -> Proc {
         "Service",
         "PodDisruptionBudget",
         "MutatingWebhookConfiguration",
-    ] {
-        assert!(
-            applied
-                .applied
-                .iter()
-                .any(|a| a.starts_with(&format!("{kind} "))),
-            "the chart's webhook {kind} was applied: {applied:?}"
-        );
-    }
-    let deployment = chart::of_kind(&objects, "Deployment")[0].clone();
+    ]);
+    let deployment = chart::of_kind(&objects, "Deployment")[0];
     let pod = &deployment["spec"]["template"]["spec"];
     let sa = pod["serviceAccountName"].as_str().unwrap();
     let kubeconfig = chart::service_account_kubeconfig(&s.cluster, chart::NAMESPACE, sa).await;
     // Each mount's files, on the host: the Secret's are the certificate above, a ConfigMap's
-    // are written from the rendered object.
+    // are the rendered object's, laid out as kubelet mounts them.
     let container = &pod["containers"][0];
     let mut mounts: Vec<(String, PathBuf)> = Vec::new();
     for m in container["volumeMounts"].as_array().unwrap() {
@@ -259,15 +251,8 @@ async fn start_chart_webhook(s: &Scenario) -> Proc {
             dir.clone()
         } else {
             let cm_name = volume["configMap"]["name"].as_str().unwrap();
-            let cm = chart::of_kind(&objects, "ConfigMap")
-                .into_iter()
-                .find(|c| c["metadata"]["name"] == cm_name)
-                .unwrap_or_else(|| panic!("the chart renders ConfigMap {cm_name}"));
             let local = dir.join(name);
-            std::fs::create_dir_all(&local).unwrap();
-            for (file, text) in cm["data"].as_object().unwrap() {
-                write(&local.join(file), text.as_str().unwrap());
-            }
+            chart::mount_like_kubelet(&local, chart::config_map_data(&objects, cm_name));
             local
         };
         mounts.push((m["mountPath"].as_str().unwrap().to_owned(), local));
