@@ -134,6 +134,10 @@ pub struct Engine {
     /// Per group configured to reserve, the DaemonSets last seen keeping its reservation off
     /// (so that a change is logged once).
     reservation_off: std::sync::Mutex<BTreeMap<String, Vec<String>>>,
+    /// Per group configured to reserve, why its backend last said its Nodes would not carry
+    /// the reservation taint from registration (`None`: they would). Read at start, on
+    /// reload and before each admission decision; absent until read.
+    backend_blockers: std::sync::Mutex<BTreeMap<String, Option<String>>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -173,6 +177,7 @@ impl Engine {
             leadership: None,
             failed: std::sync::Mutex::new(failed::FailedLedger::default()),
             reservation_off: std::sync::Mutex::new(BTreeMap::new()),
+            backend_blockers: std::sync::Mutex::new(BTreeMap::new()),
         };
         let loaded = engine.config.load_full();
         engine.sync(&loaded.groups).await?;
@@ -359,6 +364,9 @@ impl Engine {
         };
         let now_ms = clock::now_ms();
         let now = now_ms.div_euclid(1000);
+        // Whether the backend registers the new Nodes reserved, read fresh: a decision that
+        // reserves must not rest on a template read before an edit.
+        self.read_backend_blocker(g, backend.as_ref()).await?;
         let target = backend.target_size(g).await?;
         self.note_target(g, target, false);
         let mut decision = admission

@@ -162,6 +162,10 @@ pub struct Metrics {
     /// Per group whose configuration reserves: the DaemonSets that run on its nodes without
     /// tolerating the reservation taint (reservation is off for the group while above 0).
     pub reservation_blocking_daemon_sets: Family<GroupLabels, Gauge>,
+    /// Per group whose configuration reserves: 1 while its backend would not register new
+    /// nodes under the reservation taint (Cluster API: the MachineDeployment's template lacks
+    /// it), so reservation is off for the group.
+    pub reservation_backend_blocked: Family<GroupLabels, Gauge>,
     /// Gangs pending now (fewer than minCount members placed, not reported scheduled).
     pub gangs_pending: Gauge,
     /// Sum over time of pending gangs: gang-seconds spent pending.
@@ -283,6 +287,7 @@ impl Metrics {
             reservations_released: Family::default(),
             reservation_tolerations_added: Counter::default(),
             reservation_blocking_daemon_sets: Family::default(),
+            reservation_backend_blocked: Family::default(),
             gangs_pending: Gauge::default(),
             gangs_pending_seconds: Counter::default(),
             gangs_without_verdict: Gauge::default(),
@@ -425,6 +430,11 @@ impl Metrics {
             "blocking_daemon_sets",
             "per group configured to reserve: DaemonSets that run on its nodes without tolerating the reservation taint; reservation is off for the group while above 0",
             self.reservation_blocking_daemon_sets.clone(),
+        );
+        r.register(
+            "backend_blocked",
+            "per group configured to reserve: 1 while its backend would not register new nodes under the reservation taint (Cluster API: the MachineDeployment template lacks it); reservation is off for the group meanwhile",
+            self.reservation_backend_blocked.clone(),
         );
         let g = registry.sub_registry_with_prefix("gangs");
         g.register(

@@ -254,4 +254,16 @@ pub trait Provisioner: Send + Sync + 'static {
     /// # Errors
     /// [`Error::Backend`] if the backend cannot be reached.
     async fn lookup(&self, node: &NodeRef) -> Result<Option<NodeGroupId>>;
+
+    /// Why this backend's Nodes for `group` would not carry the reservation taint from
+    /// registration, so reservation must stay off for the group; `None` when they would, or
+    /// the group does not reserve. Backends that create Nodes themselves (kwok) taint them and
+    /// keep the default; Cluster API reads the MachineDeployment's template.
+    ///
+    /// # Errors
+    /// [`Error::Unreachable`] or [`Error::Backend`] if the backend cannot answer.
+    async fn reservation_blocker(&self, group: &NodeGroupSpec) -> Result<Option<String>> {
+        let _ = group;
+        Ok(None)
+    }
 }

@@ -479,6 +479,27 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
 struct Flaky {
     inner: MemoryProvisioner,
     failing: std::sync::atomic::AtomicBool,
+    /// What `reservation_blocker` answers (a Cluster API template without the taint); it
+    /// fails too while `failing`.
+    blocker: std::sync::Mutex<Option<String>>,
+}
+
+impl Flaky {
+    fn new(failing: bool) -> Self {
+        Self {
+            inner: MemoryProvisioner::new(),
+            failing: std::sync::atomic::AtomicBool::new(failing),
+            blocker: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn unavailable(group: &NodeGroupSpec) -> gangscaler::provision::Error {
+        gangscaler::provision::Error::Backend {
+            group: group.id.clone(),
+            backend: "memory",
+            message: "cloud API unavailable".into(),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -498,11 +519,7 @@ impl Provisioner for Flaky {
         delta: u32,
     ) -> gangscaler::provision::Result<u32> {
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(gangscaler::provision::Error::Backend {
-                group: group.id.clone(),
-                backend: "memory",
-                message: "cloud API unavailable".into(),
-            });
+            return Err(Self::unavailable(group));
         }
         self.inner.increase(group, delta).await
     }
@@ -532,6 +549,15 @@ impl Provisioner for Flaky {
     ) -> gangscaler::provision::Result<Option<gangscaler::model::NodeGroupId>> {
         self.inner.lookup(node).await
     }
+    async fn reservation_blocker(
+        &self,
+        group: &NodeGroupSpec,
+    ) -> gangscaler::provision::Result<Option<String>> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Self::unavailable(group));
+        }
+        Ok(self.blocker.lock().unwrap().clone())
+    }
 }
 
 #[tokio::test]
@@ -542,10 +568,7 @@ async fn a_backend_failure_after_the_decision_record_ends_its_scale_up_as_provis
     let path = dir.path().join("audit.jsonl");
     let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
     let recorder = Arc::new(recorder);
-    let flaky = Arc::new(Flaky {
-        inner: MemoryProvisioner::new(),
-        failing: std::sync::atomic::AtomicBool::new(true),
-    });
+    let flaky = Arc::new(Flaky::new(true));
     let provisioners: Vec<Arc<dyn Provisioner>> = vec![flaky.clone()];
     let metrics = Arc::new(Metrics::new());
     let objects = gang("train", 8, 8, 8, 0, 0, "2026-11-29T10:00:00Z");
@@ -617,6 +640,42 @@ impl GangSource for WithDaemonSets {
     }
 }
 
+/// The `reservationOff` of each decision record in the audit log at `path`, in order.
+fn recorded_reservation_off(path: &std::path::Path) -> Vec<Option<String>> {
+    use gangscaler::audit::{self, Event};
+    audit::read_files(&[path.to_path_buf()])
+        .unwrap()
+        .records
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::Decision(d) => Some(d.reservation_off),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Objects (YAML documents) that tests add to between calls.
+struct Growing(std::sync::Mutex<String>);
+
+impl Growing {
+    fn add(&self, documents: &str) {
+        let mut all = self.0.lock().unwrap();
+        all.push_str("---\n");
+        all.push_str(documents);
+    }
+}
+
+impl GangSource for Growing {
+    fn view(&self, now_unix: i64) -> Result<GangView, Unavailable> {
+        let set = ObjectSet::from_yaml_documents(&self.0.lock().unwrap()).unwrap();
+        StaticObjects(set).view(now_unix)
+    }
+
+    fn daemon_sets(&self) -> Option<Vec<DaemonSetDemand>> {
+        Some(Vec::new())
+    }
+}
+
 /// A DaemonSet on every GPU node (it tolerates the GPU taint), and with `tolerates` the
 /// reservation taint too.
 fn gpu_daemon_set(name: &str, tolerates: bool) -> DaemonSetDemand {
@@ -631,7 +690,7 @@ fn gpu_daemon_set(name: &str, tolerates: bool) -> DaemonSetDemand {
 
 #[tokio::test]
 async fn a_daemon_set_without_the_toleration_turns_a_groups_reservation_off_and_says_why() {
-    use gangscaler::audit::{self, Event};
+    use gangscaler::audit;
     use gangscaler::scaleup::{InstanceSource, Recorder, Timeouts};
     let cases = [
         (
@@ -671,15 +730,7 @@ async fn a_daemon_set_without_the_toleration_turns_a_groups_reservation_off_and_
             2,
             "the gang is admitted"
         );
-        let reading = audit::read_files(&[path]).unwrap();
-        let recorded: Vec<Option<String>> = reading
-            .records
-            .iter()
-            .filter_map(|r| match &r.event {
-                Event::Decision(d) => Some(d.reservation_off.clone()),
-                _ => None,
-            })
-            .collect();
+        let recorded = recorded_reservation_off(&path);
         assert_eq!(recorded.len(), 1, "{recorded:?}");
         let reserving = e.reservations()["h100"].enabled;
         match off {
@@ -706,4 +757,73 @@ async fn a_daemon_set_without_the_toleration_turns_a_groups_reservation_off_and_
             assert_eq!(blocking, i64::from(off.is_some()));
         }
     }
+}
+
+#[tokio::test]
+async fn a_backend_that_does_not_register_nodes_reserved_turns_the_groups_reservation_off() {
+    use gangscaler::audit;
+    use gangscaler::scaleup::{InstanceSource, Recorder, Timeouts};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
+    let backend = Arc::new(Flaky::new(false));
+    *backend.blocker.lock().unwrap() =
+        Some("reservation is off: MachineDeployment fleet/h100 does not register".into());
+    let provisioners: Vec<Arc<dyn Provisioner>> = vec![backend.clone()];
+    let metrics = Arc::new(Metrics::new());
+    let mut group = h100(8);
+    group.reservation.enabled = true;
+    let source = Arc::new(Growing(std::sync::Mutex::new(gang(
+        "first",
+        2,
+        2,
+        8,
+        0,
+        0,
+        "2026-11-29T10:00:00Z",
+    ))));
+    let e = Engine::new(
+        testing::loaded(vec![group]),
+        None,
+        provisioners,
+        metrics.clone(),
+    )
+    .await
+    .unwrap()
+    .with_admission(Policy::Strict, source.clone())
+    .with_audit(Arc::new(recorder));
+    let blocked = || {
+        metrics
+            .reservation_backend_blocked
+            .get_or_create(&gangscaler::metrics::GroupLabels {
+                node_group: "h100".into(),
+            })
+            .get()
+    };
+    // Read at start: the lifecycle loop reserves nothing for the group even before a decision.
+    assert_eq!(blocked(), 1);
+    assert!(!e.reservations()["h100"].enabled);
+    assert_eq!(e.increase_size("h100", 2).await.unwrap(), 2);
+    // The template is fixed: the next decision, for a new gang, reads it again and reserves.
+    *backend.blocker.lock().unwrap() = None;
+    source.add(&gang("second", 2, 2, 8, 0, 0, "2026-11-29T10:01:00Z"));
+    assert_eq!(e.increase_size("h100", 2).await.unwrap(), 4);
+    assert_eq!(blocked(), 0);
+    assert!(e.reservations()["h100"].enabled);
+    // A backend that cannot tell refuses the decision: nothing is added, nothing recorded.
+    backend
+        .failing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = e.increase_size("h100", 2).await.unwrap_err();
+    assert!(err.to_string().contains("cloud API unavailable"), "{err}");
+    assert_eq!(e.target_size("h100").await.unwrap(), 4);
+    let recorded = recorded_reservation_off(&path);
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    assert!(
+        recorded[0]
+            .as_deref()
+            .is_some_and(|r| r.contains("MachineDeployment fleet/h100")),
+        "{recorded:?}"
+    );
+    assert_eq!(recorded[1], None, "{recorded:?}");
 }

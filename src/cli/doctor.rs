@@ -98,6 +98,12 @@ fn provider_seen(dir: &Path, loaded: &crate::config::Loaded) -> ProviderSeen {
                     .map(|t| t.metadata.labels)
                     .unwrap_or_default(),
                 taints: g.taints.clone(),
+                machine_deployment: match &g.backend {
+                    crate::model::BackendSpec::ClusterApi(c) => {
+                        Some(format!("{}/{}", c.namespace, c.name))
+                    }
+                    _ => None,
+                },
             })
             .collect(),
         protection: off_because.is_none(),
@@ -143,6 +149,23 @@ pub(super) async fn run(args: DoctorArgs) -> anyhow::Result<()> {
                 "building a Kubernetes client (KUBECONFIG, ~/.kube/config or in-cluster)".to_owned()
             }
         })?;
+    // Cluster API objects live in the management cluster, as the server reads them.
+    let management_kubeconfig = loaded
+        .as_ref()
+        .and_then(|l| l.provider.kubernetes.management_kubeconfig.clone());
+    let management = match &management_kubeconfig {
+        None => None,
+        Some(p) => Some(
+            crate::provision::kube_client(Some(p))
+                .await
+                .with_context(|| {
+                    format!(
+                        "kubernetes.managementKubeconfig {}: building a Kubernetes client",
+                        p.display()
+                    )
+                })?,
+        ),
+    };
     let given = probe::Given {
         namespace: args.namespace.clone(),
         scheduler,
@@ -153,7 +176,7 @@ pub(super) async fn run(args: DoctorArgs) -> anyhow::Result<()> {
             .zip(loaded.as_ref())
             .map(|(dir, l)| provider_seen(dir, l)),
     };
-    let observed = probe::observe(&client, given).await;
+    let observed = probe::observe(&client, management.as_ref(), given).await;
     let report = doctor::report(&observed);
     info!(
         status = report.status.as_str(),

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher::Event;
 
 use crate::model::labels::{NODE_GROUP, SCALE_DOWN_DISABLED, SCALE_DOWN_PROTECTED_FOR};
-use crate::model::reservation::{RESERVATION_TAINT, RESERVED_FOR};
+use crate::model::reservation::{CLUSTER_API_UNINITIALIZED, RESERVATION_TAINT, RESERVED_FOR};
 
 /// The node's `Ready` condition is True.
 pub fn is_node_ready(node: &Node) -> bool {
@@ -40,6 +40,9 @@ pub struct NodeSummary {
     pub ready_since_unix: Option<i64>,
     /// The node's `gangscaler.io/node-group` label, if present.
     pub node_group: Option<String>,
+    /// Cluster API has not initialized the node yet (it carries
+    /// [`CLUSTER_API_UNINITIALIZED`]): its own taints are still to come.
+    pub uninitialized: bool,
 }
 
 impl NodeSummary {
@@ -47,6 +50,11 @@ impl NodeSummary {
     pub fn of(node: &Node) -> Self {
         let annotations = node.metadata.annotations.as_ref();
         let get = |k: &str| annotations.and_then(|a| a.get(k));
+        let taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_deref())
+            .unwrap_or_default();
         Self {
             created_unix: node
                 .metadata
@@ -56,11 +64,9 @@ impl NodeSummary {
             ready: is_node_ready(node),
             scale_down_disabled: get(SCALE_DOWN_DISABLED).is_some_and(|v| v == "true"),
             protected_for: get(SCALE_DOWN_PROTECTED_FOR).cloned(),
-            reservation: node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .and_then(|ts| ts.iter().find(|t| t.key == RESERVATION_TAINT))
+            reservation: taints
+                .iter()
+                .find(|t| t.key == RESERVATION_TAINT)
                 .map(|t| t.value.clone().unwrap_or_default()),
             reserved_for: get(RESERVED_FOR).cloned(),
             ready_since_unix: ready_since_unix(node),
@@ -70,6 +76,7 @@ impl NodeSummary {
                 .as_ref()
                 .and_then(|l| l.get(NODE_GROUP))
                 .cloned(),
+            uninitialized: taints.iter().any(|t| t.key == CLUSTER_API_UNINITIALIZED),
         }
     }
 

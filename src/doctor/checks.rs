@@ -116,6 +116,7 @@ pub fn report(o: &Observed) -> Report {
     ];
     rows.extend(csi::rows(o));
     rows.extend(reservation::rows(o));
+    rows.extend(reservation::cluster_api_rows(o));
     rows.extend(autoscaler::rows(o));
     rows.extend(traps::rows(o, minor));
     let lines = api.map(lines_for);

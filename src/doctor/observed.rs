@@ -127,6 +127,8 @@ pub struct GroupSeen {
     pub labels: BTreeMap<String, String>,
     /// The group's taints.
     pub taints: Vec<crate::model::Taint>,
+    /// `<namespace>/<name>` of its MachineDeployment, on the clusterapi backend.
+    pub machine_deployment: Option<String>,
 }
 
 /// What the checks need of gangscaler's configuration (`--config`).
@@ -170,6 +172,10 @@ pub struct Observed {
     pub csi_nodes: Read<Vec<CsiNodeSeen>>,
     /// DaemonSets, every namespace (read only when some node group reserves).
     pub daemon_sets: Read<Vec<crate::model::reservation::DaemonSetDemand>>,
+    /// The template taints of the MachineDeployments of reserving clusterapi groups, by
+    /// `<namespace>/<name>` (`None`: not found).
+    pub machine_deployments:
+        BTreeMap<String, Read<Option<Vec<crate::provision::capi_types::MachineTaint>>>>,
     /// gangscaler's configuration, when `--config` was given.
     pub provider: Option<ProviderSeen>,
 }

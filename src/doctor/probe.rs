@@ -2,6 +2,7 @@
 //! kube-system components, Nodes and CSINodes) and the files named on the command line into
 //! an [`Observed`]. A failed cluster read is kept in `Observed` as its message, never raised.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
@@ -20,6 +21,8 @@ use super::{
     ProviderSeen, Read, Result, SchedulerConfig, ServedVersion,
 };
 use crate::model::labels;
+use crate::provision::capi_types::MachineDeployment;
+use crate::provision::clusterapi::reservation::template_taints;
 
 /// How long one API call may take before its check is reported as unknown.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -103,8 +106,14 @@ fn describe(e: &kube::Error) -> String {
     text
 }
 
-/// Reads everything from the cluster behind `client`, beside what `given` holds.
-pub async fn observe(client: &kube::Client, given: Given) -> Observed {
+/// Reads everything from the cluster behind `client`, beside what `given` holds; Cluster API
+/// MachineDeployments from `management` when the management cluster is another one
+/// (`kubernetes.managementKubeconfig`).
+pub async fn observe(
+    client: &kube::Client,
+    management: Option<&kube::Client>,
+    given: Given,
+) -> Observed {
     let server = call("version", client.apiserver_version())
         .await
         .and_then(|info| {
@@ -172,6 +181,21 @@ pub async fn observe(client: &kube::Client, given: Given) -> Observed {
     } else {
         Ok(Vec::new())
     };
+    let mut machine_deployments = BTreeMap::new();
+    for g in given.provider.iter().flat_map(|p| &p.groups) {
+        let Some(md) = g.machine_deployment.as_ref().filter(|_| g.reservation) else {
+            continue;
+        };
+        let Some((namespace, name)) = md.split_once('/') else {
+            continue;
+        };
+        let api: Api<MachineDeployment> =
+            Api::namespaced(management.unwrap_or(client).clone(), namespace);
+        let read = call("get machinedeployments", api.get_opt(name))
+            .await
+            .map(|md| md.map(|md| template_taints(&md).to_vec()));
+        machine_deployments.insert(md.clone(), read);
+    }
     Observed {
         server,
         served,
@@ -183,6 +207,7 @@ pub async fn observe(client: &kube::Client, given: Given) -> Observed {
         nodes,
         csi_nodes,
         daemon_sets,
+        machine_deployments,
         provider: given.provider,
     }
 }

@@ -20,7 +20,12 @@ impl Engine {
             p.sync_groups(&mine).await?;
         }
         for g in groups {
-            self.backend(g)?;
+            let backend = self.backend(g)?;
+            // Not fatal: the next admission decision for the group reads it again, and
+            // refuses to decide while it cannot.
+            if let Err(e) = self.read_backend_blocker(g, backend.as_ref()).await {
+                warn!(node_group.id = %g.id, error = %e, "cannot read whether the group's backend registers new nodes reserved");
+            }
         }
         Ok(())
     }

@@ -28,6 +28,13 @@ pub const RESERVED_FOR: &str = "gangscaler.io/reserved-for";
 /// The taint value of a node reserved for no gang yet (no toleration names it).
 pub const UNASSIGNED: &str = "unassigned";
 
+/// Cluster API's taint on a Node it has not reconciled yet (kubeadm's bootstrap registers the
+/// kubelet under it). Its first reconcile lifts it and, in the same patch, sets the Machine's
+/// `OnInitialization` taints, the reservation taint among them, to their template values: a
+/// node assigned to a gang before that would be set back to [`UNASSIGNED`], so reservation
+/// leaves such a node alone until then (nothing can land on it meanwhile).
+pub const CLUSTER_API_UNINITIALIZED: &str = "node.cluster.x-k8s.io/uninitialized";
+
 /// The reservation taint's effect.
 pub const RESERVATION_EFFECT: TaintEffect = TaintEffect::NoSchedule;
 

@@ -68,6 +68,51 @@ pub struct MachineDeploymentSpec {
     /// Desired machines; Cluster API defaults it, so `None` is only seen before defaulting.
     #[serde(default)]
     pub replicas: Option<i32>,
+    /// The template of its Machines.
+    #[serde(default, skip_serializing_if = "MachineTemplate::is_empty")]
+    pub template: MachineTemplate,
+}
+
+/// `MachineDeployment.spec.template`, the fields read here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineTemplate {
+    /// The Machines' spec.
+    #[serde(default)]
+    pub spec: MachineTemplateSpec,
+}
+
+impl MachineTemplate {
+    /// Nothing was read into it.
+    pub fn is_empty(&self) -> bool {
+        self.spec.taints.is_empty()
+    }
+}
+
+/// `MachineDeployment.spec.template.spec`, the fields read here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineTemplateSpec {
+    /// Taints Cluster API puts on the Machines' Nodes (needs its `MachineTaintPropagation`
+    /// feature gate; its admission webhook refuses the field without it).
+    #[serde(default)]
+    pub taints: Vec<MachineTaint>,
+}
+
+/// One taint of a Machine (template): a Node taint and when Cluster API propagates it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineTaint {
+    /// The taint's key.
+    #[serde(default)]
+    pub key: String,
+    /// The taint's value.
+    #[serde(default)]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    #[serde(default)]
+    pub effect: String,
+    /// `Always` (kept on the Node, put back when removed) or `OnInitialization` (put on the
+    /// Node once, when Cluster API first reconciles it).
+    #[serde(default)]
+    pub propagation: String,
 }
 
 /// A Machine: one instance of a group.

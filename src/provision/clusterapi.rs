@@ -37,6 +37,7 @@ use crate::model::{
 };
 
 mod machines;
+pub mod reservation;
 #[cfg(test)]
 mod tests;
 
@@ -521,5 +522,32 @@ impl Provisioner for ClusterApiProvisioner {
         }
         self.relist_for_lookup().await;
         Ok(self.index().find(node))
+    }
+
+    /// Reads the MachineDeployment: its template must register the Machines' Nodes under the
+    /// reservation taint ([`reservation::blocker`]).
+    async fn reservation_blocker(&self, group: &NodeGroupSpec) -> Result<Option<String>> {
+        if !group.reservation.enabled {
+            return Ok(None);
+        }
+        let spec = Self::spec(group)?;
+        let md = self
+            .deployments(spec)
+            .get_opt(&spec.name)
+            .await
+            .map_err(|e| {
+                Self::error(
+                    group,
+                    &format!(
+                        "reading MachineDeployment {}/{} for its template taints",
+                        spec.namespace, spec.name
+                    ),
+                    &e,
+                )
+            })?;
+        Ok(reservation::blocker(
+            &format!("{}/{}", spec.namespace, spec.name),
+            md.as_ref().map(reservation::template_taints),
+        ))
     }
 }

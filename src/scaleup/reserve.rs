@@ -73,6 +73,12 @@ impl Wanted {
     }
 }
 
+/// `name` is in the table and may be assigned to a gang now: not a Node Cluster API has yet
+/// to initialize ([`CLUSTER_API_UNINITIALIZED`](crate::model::reservation::CLUSTER_API_UNINITIALIZED)).
+fn assignable(nodes: &NodeTable, name: &str) -> bool {
+    nodes.get(name).is_some_and(|s| !s.uninitialized)
+}
+
 /// The holds of every reserving lifecycle in `open` (see the module docs). `settings` are the
 /// node groups' reservation settings by id (a group missing there reserves nothing);
 /// `attributed` the nodes each scale-up got; `now_unix` the wall clock in seconds.
@@ -176,8 +182,9 @@ pub fn wanted(
                 continue;
             }
             // Held for a gang that is still reserving is kept above; a value no reserving
-            // gang has (an ended one) is free to take.
-            if nodes.get(name).is_none() {
+            // gang has (an ended one) is free to take. Not before Cluster API has set its
+            // taints: it would set the reservation back to unassigned.
+            if !assignable(nodes, name) {
                 continue;
             }
             w.holds.insert(name.clone(), hold(o, value));
@@ -191,7 +198,7 @@ pub fn wanted(
         for name in attributed.get(&o.scale_up_id).into_iter().flatten() {
             if !w.holds.contains_key(name)
                 && !w.booked_out.contains(name)
-                && nodes.get(name).is_some()
+                && assignable(nodes, name)
             {
                 spare.entry(o.node_group.as_str()).or_default().push(name);
             }
@@ -334,6 +341,34 @@ mod tests {
             w.release_reason("n4", UNASSIGNED),
             Some(ReleaseReason::Unclaimed)
         );
+    }
+
+    #[test]
+    fn a_node_cluster_api_has_not_initialized_is_assigned_only_once_it_has() {
+        let a = open("s1", 1_000, "a", 2, Phase::NodesReady);
+        let mut fresh = node("n2", NOW, None);
+        fresh.spec.as_mut().unwrap().taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+            key: crate::model::reservation::CLUSTER_API_UNINITIALIZED.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]);
+        let attributed = attributed(&[("s1", &["n1", "n2"])]);
+        let nodes = table(vec![node("n1", NOW, Some(UNASSIGNED)), fresh]);
+        let w = wanted(
+            std::slice::from_ref(&a),
+            &attributed,
+            &settings(true),
+            &nodes,
+            NOW,
+        );
+        assert_eq!(held(&w), pairs(&[("n1", "ml/a")]));
+        // Cluster API's first reconcile lifts its taint and sets ours, unassigned.
+        let nodes = table(vec![
+            node("n1", NOW, Some(&value("a"))),
+            node("n2", NOW, Some(UNASSIGNED)),
+        ]);
+        let w = wanted(&[a], &attributed, &settings(true), &nodes, NOW);
+        assert_eq!(held(&w), pairs(&[("n1", "ml/a"), ("n2", "ml/a")]));
     }
 
     #[test]

@@ -39,11 +39,12 @@ pub(super) fn section(
     (spec, enabled.is_some())
 }
 
-/// A group's reservation: its own `reservation` section over the provider's defaults. Only
-/// the kwok backend creates nodes under the taint today: `enabled: true` written in the file
-/// of a group with another backend is an error; inherited from `defaults.reservation`, it is
-/// off for that group (the memory backend has no nodes; Cluster API does not yet register its
-/// nodes under the taint, see `docs/reservation.md#limits`).
+/// A group's reservation: its own `reservation` section over the provider's defaults. The
+/// kwok backend creates its nodes under the taint, and a Cluster API MachineDeployment
+/// registers them so when its template carries the taint (checked at run time, see
+/// `docs/reservation.md#cluster-api`). The memory backend has no nodes: `enabled: true`
+/// written in the file of a memory group is an error; inherited from
+/// `defaults.reservation`, it is off for that group.
 pub(super) fn group(
     g: &mut Obj<'_>,
     defaults: ReservationSpec,
@@ -57,7 +58,7 @@ pub(super) fn group(
     let Some(backend) = backend else {
         return spec;
     };
-    if !spec.enabled || matches!(backend, BackendSpec::Kwok(_)) {
+    if !spec.enabled || matches!(backend, BackendSpec::Kwok(_) | BackendSpec::ClusterApi(_)) {
         return spec;
     }
     if written {
@@ -65,7 +66,7 @@ pub(super) fn group(
             "reservation.enabled",
             Some(&Value::Bool(true)),
             format!(
-                "node reservation needs the kwok backend (this group's is {}): its nodes must carry the reservation taint from registration",
+                "node reservation needs the kwok or clusterapi backend (this group's is {}): its nodes must carry the reservation taint from registration",
                 backend.kind()
             ),
         );
@@ -161,7 +162,8 @@ mod tests {
     }
 
     #[test]
-    fn enabled_on_a_backend_without_node_taints_is_an_error_when_written_and_off_when_inherited() {
+    fn enabled_on_the_memory_backend_is_an_error_when_written_and_off_when_inherited_and_on_for_cluster_api()
+     {
         let (spec, errs) = run(
             serde_json::json!({"reservation": {"enabled": true}}),
             ReservationSpec::default(),
@@ -169,12 +171,29 @@ mod tests {
         );
         assert!(!spec.enabled);
         assert_eq!(errs.len(), 1, "{errs:?}");
-        assert!(errs[0].contains("needs the kwok backend"), "{errs:?}");
+        assert!(
+            errs[0].contains("needs the kwok or clusterapi backend (this group's is memory)"),
+            "{errs:?}"
+        );
         let inherited = ReservationSpec {
             enabled: true,
             ..ReservationSpec::default()
         };
         let (spec, errs) = run(serde_json::json!({}), inherited, &memory());
         assert!(!spec.enabled && errs.is_empty(), "{spec:?} {errs:?}");
+        // Cluster API registers its nodes under the taint through the MachineDeployment's
+        // template: written or inherited, reservation stays on (the template is checked at
+        // run time).
+        let capi = BackendSpec::ClusterApi(crate::model::ClusterApiBackendSpec {
+            namespace: "fleet".into(),
+            name: "gpu".into(),
+        });
+        for doc in [
+            serde_json::json!({"reservation": {"enabled": true}}),
+            serde_json::json!({}),
+        ] {
+            let (spec, errs) = run(doc, inherited, &capi);
+            assert!(spec.enabled && errs.is_empty(), "{spec:?} {errs:?}");
+        }
     }
 }

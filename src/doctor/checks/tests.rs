@@ -114,6 +114,7 @@ fn healthy(minor: u32) -> Observed {
         nodes: Ok(vec![node("gpu-0", Some("gpu")), node("cp", None)]),
         csi_nodes: Ok(vec![csi_node("gpu-0", &[("ebs.csi.aws.com", Some(24))])]),
         daemon_sets: Ok(Vec::new()),
+        machine_deployments: BTreeMap::new(),
         provider: Some(ProviderSeen {
             dir: "provider-configs".to_owned(),
             groups: vec![GroupSeen {
@@ -130,6 +131,7 @@ fn healthy(minor: u32) -> Observed {
                     value: "present".to_owned(),
                     effect: TaintEffect::NoSchedule,
                 }],
+                machine_deployment: None,
             }],
             protection: true,
             protection_off_because: None,
@@ -847,4 +849,47 @@ fn daemonsets_that_select_a_reserving_groups_nodes_without_the_toleration_are_an
     assert_eq!(status(&o, "reservation/daemonsets"), Status::Ok);
     o.daemon_sets = Err("forbidden".to_owned());
     assert_eq!(status(&o, "reservation/daemonsets"), Status::Unknown);
+}
+
+#[test]
+fn a_reserving_cluster_api_group_needs_the_taint_in_its_machine_deployment_template() {
+    use crate::provision::capi_types::MachineTaint;
+    use crate::provision::clusterapi::reservation::ON_INITIALIZATION;
+    let mut o = healthy(36);
+    o.provider.as_mut().unwrap().groups[0].machine_deployment = Some("fleet/gpu".to_owned());
+    assert!(
+        report(&o)
+            .checks
+            .iter()
+            .all(|r| r.id != "reservation/clusterapi"),
+        "no row while no group reserves"
+    );
+    o.provider.as_mut().unwrap().groups[0].reservation = true;
+    o.machine_deployments
+        .insert("fleet/gpu".to_owned(), Ok(Some(Vec::new())));
+    let r = row(&o, "reservation/clusterapi");
+    assert_eq!(r.status, Status::Error, "{r:?}");
+    assert!(r.found.contains("group gpu"), "{r:?}");
+    assert!(r.found.contains("MachineDeployment fleet/gpu"), "{r:?}");
+    assert!(r.action.contains("MachineTaintPropagation=true"), "{r:?}");
+    assert!(r.action.contains(ON_INITIALIZATION), "{r:?}");
+    let tainted = vec![MachineTaint {
+        key: RESERVATION_TAINT.to_owned(),
+        value: Some(crate::model::reservation::UNASSIGNED.to_owned()),
+        effect: "NoSchedule".to_owned(),
+        propagation: ON_INITIALIZATION.to_owned(),
+    }];
+    o.machine_deployments
+        .insert("fleet/gpu".to_owned(), Ok(Some(tainted)));
+    assert_eq!(status(&o, "reservation/clusterapi"), Status::Ok);
+    o.machine_deployments
+        .insert("fleet/gpu".to_owned(), Err("forbidden".to_owned()));
+    let r = row(&o, "reservation/clusterapi");
+    assert_eq!(r.status, Status::Unknown, "{r:?}");
+    assert!(r.found.contains("forbidden"), "{r:?}");
+    o.machine_deployments
+        .insert("fleet/gpu".to_owned(), Ok(None));
+    let r = row(&o, "reservation/clusterapi");
+    assert_eq!(r.status, Status::Error, "{r:?}");
+    assert!(r.found.contains("does not exist"), "{r:?}");
 }
