@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gangscaler::audit::{Outcome, Verdict};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{DynamicObject, ListParams};
 
 use super::capi::{self, PROVIDER_ID_SCHEME};
@@ -337,6 +338,304 @@ async fn ca_backs_off_failing_machines_and_the_gang_runs_on_another_deployment()
         "CA asks: gpu-a {:?}, gpu-b {:?}",
         s.ca.asks_of("gpu-a"),
         s.ca.asks_of("gpu-b")
+    ))
+    .record();
+}
+
+/// A Node's name and its taints as `(key, value)`.
+type NodeState = (String, Vec<(String, String)>);
+
+/// Every state of the Nodes of group `group`, in watch order: the node and its taints as
+/// `(key, value)`, recorded until dropped. A watch (not a poll) so that no state is missed.
+struct NodeTaintLog {
+    seen: Arc<Mutex<Vec<NodeState>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NodeTaintLog {
+    fn start(client: &kube::Client, group: &str) -> Self {
+        use futures::StreamExt;
+        use kube::api::{WatchEvent, WatchParams};
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let api: kube::Api<Node> = kube::Api::all(client.clone());
+        let wp = WatchParams::default()
+            .labels(&format!("gangscaler.io/node-group={group}"))
+            .timeout(60);
+        let into = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut version = "0".to_owned();
+            loop {
+                let Ok(stream) = api.watch(&wp, &version).await else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                let mut stream = std::pin::pin!(stream);
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(WatchEvent::Added(n) | WatchEvent::Modified(n)) => {
+                            version = n.metadata.resource_version.clone().unwrap_or_default();
+                            let taints = n
+                                .spec
+                                .and_then(|s| s.taints)
+                                .unwrap_or_default()
+                                .into_iter()
+                                .map(|t| (t.key, t.value.unwrap_or_default()))
+                                .collect();
+                            into.lock()
+                                .unwrap()
+                                .push((n.metadata.name.unwrap_or_default(), taints));
+                        }
+                        Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
+                        Ok(WatchEvent::Deleted(_)) => {}
+                        // Expired: start again from the current state.
+                        Ok(WatchEvent::Error(_)) | Err(_) => {
+                            version = "0".to_owned();
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    fn seen(&self) -> Vec<NodeState> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for NodeTaintLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Members of a gang (or a lone pod) that may only run on group `group`'s nodes.
+fn on_group(spec: GangSpec, group: &str) -> GangSpec {
+    spec.extra(serde_json::json!({"nodeSelector": {"gangscaler.io/node-group": group}}))
+}
+
+/// Reservation on Cluster API, with the real Cluster API controllers: group `gpu`'s
+/// MachineDeployment registers its Nodes under the reservation taint (template taint,
+/// `propagation: OnInitialization`, gate `MachineTaintPropagation`), so from the moment a Node
+/// exists until gangscaler assigns it, nothing can land there. A higher-priority pod that
+/// would take the first Node it can (created right after the decision, with the group at its
+/// maximum so CA cannot add one for it) never binds there; the gang forms, its reservation is
+/// released as formed, and the pod takes a Node only once the gang's job ends. Group `plain`
+/// reserves in its configuration, but its MachineDeployment lacks the template taint:
+/// reservation is off for it (decision record, metric, doctor) and its Nodes come untainted.
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn ca_reserves_cluster_api_nodes_from_registration_and_a_template_without_the_taint_turns_it_off()
+ {
+    use super::ca_lifecycle::{RESERVATION, doctor_row, reservation_of};
+    use super::harness::metric_value;
+    use gangscaler::audit::ReservationAction;
+    use gangscaler::model::reservation::{RESERVATION_TAINT, UNASSIGNED, value_for_name};
+
+    let gang = on_group(GangSpec::new("train", 2), "gpu");
+    let other = on_group(GangSpec::new("plain-job", 2), "plain");
+    let setup = Setup::new(
+        "capi-reserve",
+        "strict",
+        vec![
+            Group::capi("gpu", 2)
+                .extra(RESERVATION)
+                .registering_reserved(),
+            Group::capi("plain", 2).extra(RESERVATION),
+        ],
+    );
+    let s = Scenario::start(setup).await;
+    s.sampler.begin();
+    let log = NodeTaintLog::start(&s.client, "gpu");
+    // Scheduled ahead of everything, but it preempts nobody: what it gets, it gets because
+    // the node was free to take, not by evicting the gang once it runs.
+    create_dynamic(
+        &s.client,
+        serde_json::json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "urgent"}, "value": 100_000, "preemptionPolicy": "Never"}),
+    )
+    .await;
+    let created = s.create_gang(&gang).await;
+    s.create_gang(&other).await;
+    eventually(
+        "gangscaler decided CA's scale-up of gpu",
+        Duration::from_secs(120),
+        || async { (!s.decisions("gpu").is_empty()).then_some(()) },
+    )
+    .await;
+    // The competitor: one whole-node pod of higher priority (not preempting), on the same
+    // group. gpu is at
+    // its maximum, so CA adds nothing for it; without reservation the scheduler would bind
+    // it to the first gpu Node that becomes usable, and the gang could never form.
+    let intruder = on_group(GangSpec::new("intruder", 1), "gpu").priority("urgent");
+    s.create_gang(&intruder).await;
+
+    let nodes = s.wait_running("train", 2, Duration::from_secs(300)).await;
+    let formed = created.elapsed().as_secs_f64();
+    assert!(
+        s.running("intruder").await.is_empty(),
+        "the higher-priority pod never took a reserved node"
+    );
+    // Each node reserved for the gang once: one record per node, naming the gang (a
+    // PodGroup `train`, or a 1.35 Workload's `train/workers`) and its taint value.
+    let reserved = eventually(
+        "one reservation record per gang node",
+        Duration::from_secs(30),
+        || async {
+            let reserved = s.reservations(ReservationAction::Reserved);
+            let on: BTreeSet<String> = reserved.iter().map(|e| e.node.clone()).collect();
+            (on == nodes).then_some(reserved)
+        },
+    )
+    .await;
+    assert_eq!(reserved.len(), nodes.len(), "{reserved:?}");
+    let gang_name = reserved[0].gang.clone();
+    assert!(
+        gang_name == "default/train" || gang_name.starts_with("default/train/"),
+        "{reserved:?}"
+    );
+    let (namespace, name) = gang_name.split_once('/').unwrap();
+    let value = value_for_name(namespace, name);
+    assert!(reserved.iter().all(|e| e.value == value), "{reserved:?}");
+    // From registration to assignment, every state of every gpu Node was tainted against
+    // everyone but the gang: first Cluster API's uninitialized taint, then (in the same
+    // patch that lifted it) the reservation taint, unassigned, then the gang's value.
+    let states = log.seen();
+    for node in &nodes {
+        let mine: Vec<&Vec<(String, String)>> = states
+            .iter()
+            .filter(|(n, _)| n == node)
+            .map(|(_, t)| t)
+            .collect();
+        let first = mine.first().expect("the watch saw the node");
+        assert!(
+            first.iter().any(|(k, _)| k == capi::UNINITIALIZED_TAINT),
+            "{node} registered uninitialized: {mine:?}"
+        );
+        let assigned = mine
+            .iter()
+            .position(|t| t.iter().any(|(k, v)| k == RESERVATION_TAINT && *v == value))
+            .unwrap_or_else(|| panic!("{node} never carried the gang's value: {mine:?}"));
+        for t in &mine[..assigned] {
+            assert!(
+                t.iter().any(|(k, v)| k == capi::UNINITIALIZED_TAINT
+                    || (k == RESERVATION_TAINT && v == UNASSIGNED)),
+                "{node} was open to any pod before gangscaler assigned it: {t:?} in {mine:?}"
+            );
+        }
+    }
+    let machines = machine_list(&s.client, "gpu").await;
+    assert!(
+        machines
+            .iter()
+            .all(|m| m.data["spec"]["taints"][0]["key"] == RESERVATION_TAINT),
+        "the MachineSet copied the template taint into every Machine"
+    );
+    eventually(
+        "the reservations released as formed",
+        Duration::from_secs(60),
+        || async {
+            let released = s.released_as_formed();
+            let clean = s
+                .group_nodes("gpu")
+                .await
+                .iter()
+                .all(|n| reservation_of(n).is_none());
+            (released == 2 && clean).then_some(())
+        },
+    )
+    .await;
+    // Released, the taint stays off: OnInitialization taints are not put back.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        s.group_nodes("gpu")
+            .await
+            .iter()
+            .all(|n| reservation_of(n).is_none()),
+        "Cluster API put the reservation taint back"
+    );
+
+    // Group plain: the configuration reserves, the MachineDeployment does not register its
+    // Nodes reserved, so reservation is off for it and everyone says why.
+    let plain_nodes = s
+        .wait_running("plain-job", 2, Duration::from_secs(300))
+        .await;
+    let decisions = s.decisions("plain");
+    let off = decisions
+        .iter()
+        .find_map(|d| d.reservation_off.clone())
+        .unwrap_or_default();
+    assert!(
+        off.contains("MachineDeployment fleet/plain does not register its Nodes"),
+        "{decisions:?}"
+    );
+    assert!(
+        s.decisions("gpu")
+            .iter()
+            .all(|d| d.reservation_off.is_none()),
+        "gpu reserves"
+    );
+    let plain_states: Vec<_> = {
+        let plain_log = s.group_nodes("plain").await;
+        plain_log.iter().filter_map(reservation_of).collect()
+    };
+    assert!(plain_states.is_empty(), "{plain_states:?}");
+    assert!(
+        s.reservations(ReservationAction::Reserved)
+            .iter()
+            .chain(&s.reservations(ReservationAction::Released))
+            .all(|e| !plain_nodes.contains(&e.node)),
+        "nothing reserved on plain's nodes"
+    );
+    let m = s.gangscaler_metrics().await;
+    assert_eq!(
+        metric_value(
+            &m,
+            "gangscaler_reservation_backend_blocked",
+            &[("node_group", "plain")]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric_value(
+            &m,
+            "gangscaler_reservation_backend_blocked",
+            &[("node_group", "gpu")]
+        ),
+        Some(0.0)
+    );
+    let row = doctor_row(&s, "reservation/clusterapi");
+    assert_eq!(row["status"], "error", "{row:#}");
+    let found = row["found"].as_str().unwrap();
+    assert!(
+        found.contains("group plain") && !found.contains("group gpu"),
+        "{row:#}"
+    );
+
+    // The gang's job ends: the freed nodes are anyone's, and the waiting pod takes one.
+    assert!(
+        s.running("intruder").await.is_empty(),
+        "the higher-priority pod waited while the gang ran"
+    );
+    let freed = std::time::Instant::now();
+    s.delete_members("train").await;
+    let took = s
+        .wait_running("intruder", 1, Duration::from_secs(120))
+        .await;
+    assert!(took.is_subset(&nodes), "{took:?} vs {nodes:?}");
+    Row::new(
+        &s,
+        "Cluster API: nodes reserved from registration (template taint, OnInitialization); a template without it turns reservation off",
+        "gpu",
+        Some(formed),
+    )
+    .outcome("succeeded (train), then intruder; plain unreserved")
+    .note(format!(
+        "2 Machines whose Nodes went uninitialized → reserved (unassigned) → the gang's value in {} watched states, never open to others; a higher-priority pod never bound to a reserved node and ran {:.1}s after the gang's job ended; released as formed and not put back; group plain (no template taint): decision record, metric and doctor say reservation is off, its 2 nodes came untainted",
+        states.len(),
+        freed.elapsed().as_secs_f64()
     ))
     .record();
 }

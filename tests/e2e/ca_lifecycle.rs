@@ -312,18 +312,7 @@ async fn two_gangs_compete(reversed: bool) {
     eventually(
         "the reservations released as formed",
         Duration::from_secs(30),
-        || async {
-            let released = s
-                .records()
-                .iter()
-                .filter(|r| {
-                    matches!(&r.event, Event::Reservation(e)
-                    if e.action == ReservationAction::Released
-                        && e.reason == Some(ReleaseReason::Formed))
-                })
-                .count();
-            (released == 4).then_some(())
-        },
+        || async { (s.released_as_formed() == 4).then_some(()) },
     )
     .await;
     // The admitted gang's job finishes; the other runs on the freed nodes.
@@ -397,8 +386,8 @@ async fn ds_nodes(s: &Scenario, name: &str) -> std::collections::BTreeSet<String
         .collect()
 }
 
-/// `gangscaler doctor`'s `reservation/daemonsets` row for the scenario's cluster and config.
-fn doctor_daemon_sets_row(s: &Scenario) -> serde_json::Value {
+/// `gangscaler doctor`'s row `id` for the scenario's cluster and config.
+pub fn doctor_row(s: &Scenario, id: &str) -> serde_json::Value {
     let out = std::process::Command::new(super::support::gangscaler_bin())
         .arg("doctor")
         .arg("--kubeconfig")
@@ -419,13 +408,13 @@ fn doctor_daemon_sets_row(s: &Scenario) -> serde_json::Value {
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["id"] == "reservation/daemonsets")
-        .unwrap_or_else(|| panic!("no reservation/daemonsets row: {report:#}"))
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} row: {report:#}"))
         .clone()
 }
 
 /// The reservation taint's value on `node`, if it carries the taint.
-fn reservation_of(node: &Node) -> Option<String> {
+pub fn reservation_of(node: &Node) -> Option<String> {
     node.spec
         .as_ref()?
         .taints
@@ -492,7 +481,7 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
         },
     )
     .await;
-    let row = doctor_daemon_sets_row(&s);
+    let row = doctor_row(&s, "reservation/daemonsets");
     assert_eq!(row["status"], "ok", "{row:#}");
     let value_before: Vec<Option<String>> = s
         .group_nodes("gpu")
@@ -564,16 +553,10 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
     .await;
     let scaled_down = released.elapsed().as_secs_f64();
     let held_releases: Vec<(String, Option<ReleaseReason>)> = s
-        .records()
-        .iter()
-        .filter_map(|r| match &r.event {
-            Event::Reservation(e)
-                if e.action == ReservationAction::Released && held.contains(&e.node) =>
-            {
-                Some((e.node.clone(), e.reason))
-            }
-            _ => None,
-        })
+        .reservations(ReservationAction::Released)
+        .into_iter()
+        .filter(|e| held.contains(&e.node))
+        .map(|e| (e.node, e.reason))
         .collect();
     assert_eq!(held_releases.len(), 4, "{held_releases:?}");
     let m = s.gangscaler_metrics().await;
@@ -600,7 +583,7 @@ async fn ca_scales_up_a_third_gang_past_reserved_nodes_and_the_booking_deadline_
     // group (doctor, the metric, the decision record and an Event say so), and the nodes
     // added for the next gang carry no taint, so the DaemonSet's pods run there too.
     create_dynamic(&s.client, daemon_set("ds-plain", false)).await;
-    let row = doctor_daemon_sets_row(&s);
+    let row = doctor_row(&s, "reservation/daemonsets");
     let found = row["found"].as_str().unwrap();
     assert_eq!(row["status"], "error", "{row:#}");
     assert!(

@@ -11,7 +11,10 @@
 //! boot delay, and reports it provisioned as Cluster API's v1beta2 infrastructure contract
 //! asks (`spec.providerID`, `status.initialization.provisioned`); a template with a `failure`
 //! reports `status.failureReason`/`failureMessage` instead, which Cluster API copies to the
-//! Machine. Like the kwok backend, it also plays the CSI node plugin (a CSINode with the
+//! Machine. Its Nodes register under Cluster API's `node.cluster.x-k8s.io/uninitialized`
+//! taint, as a kubeadm-bootstrapped kubelet's do, so Cluster API's own first reconcile of the
+//! Node (which lifts it and adds the Machine's OnInitialization taints) is on the path to a
+//! usable Node. Like the kwok backend, it also plays the CSI node plugin (a CSINode with the
 //! attach limit) and the external-attacher (VolumeAttachments on its nodes are marked
 //! attached). It is a fake of a cloud, named as such; nothing of gangscaler runs in it.
 
@@ -43,6 +46,10 @@ const STANDIN_GROUP: &str = "infrastructure.e2e.gangscaler.dev";
 pub const PROVIDER_ID_SCHEME: &str = "standin://";
 /// Label on the stand-in's Nodes.
 const STANDIN_LABEL: &str = "e2e.gangscaler.dev/standin";
+/// The taint a Node bootstrapped by Cluster API's kubeadm provider registers with (its kubelet's
+/// `--register-with-taints`); the Machine controller removes it on its first reconcile of the
+/// Node, in the same patch that adds the Machine's OnInitialization taints.
+pub const UNINITIALIZED_TAINT: &str = "node.cluster.x-k8s.io/uninitialized";
 /// How long a StandinMachine takes to become a Node (a real GPU machine takes minutes).
 pub const BOOT_DELAY: Duration = Duration::from_secs(8);
 /// The taint a stand-in Node of a group with CSI limits is registered with and loses once its
@@ -110,6 +117,8 @@ pub struct MachineGroup {
     pub csi: BTreeMap<String, u32>,
     /// `(reason, message)` every machine of the group fails with.
     pub failure: Option<(String, String)>,
+    /// The MachineDeployment template's taints (`spec.template.spec.taints`).
+    pub template_taints: Vec<Value>,
 }
 
 impl MachineGroup {
@@ -129,7 +138,21 @@ impl MachineGroup {
             }),
             csi: group.csi.clone(),
             failure: None,
+            template_taints: Vec::new(),
         }
+    }
+
+    /// The MachineDeployment registers its Nodes under the reservation taint, as
+    /// docs/reservation.md#cluster-api tells a reserving group's owner to.
+    #[must_use]
+    pub fn registering_reserved(mut self) -> Self {
+        self.template_taints.push(json!({
+            "key": gangscaler::model::reservation::RESERVATION_TAINT,
+            "value": gangscaler::model::reservation::UNASSIGNED,
+            "effect": "NoSchedule",
+            "propagation": gangscaler::provision::clusterapi::reservation::ON_INITIALIZATION,
+        }));
+        self
     }
 
     /// Every machine fails with `reason` and `message`.
@@ -294,6 +317,8 @@ impl Capi {
             &format!("--health-addr=127.0.0.1:{}", free_port()),
             &format!("--diagnostics-address=127.0.0.1:{}", free_port()),
             "--insecure-diagnostics",
+            // Machine taints reach the Nodes only with this alpha gate (v1.14).
+            "--feature-gates=MachineTaintPropagation=true",
             "--v=2",
         ]);
         let manager = Proc::spawn_logged("capi-manager", &cluster.dir, cmd);
@@ -391,7 +416,7 @@ impl Capi {
             apply(
                 &dynamic("MachineDeployment", "machinedeployments"),
                 &g.name,
-                machine_deployment(&g.name, 0),
+                machine_deployment_tainted(&g.name, 0, &g.template_taints),
             )
             .await;
         }
@@ -402,11 +427,20 @@ impl Capi {
 /// A MachineDeployment `name` of the Cluster at `replicas`, whose Machines are stand-in
 /// machines of the StandinMachineTemplate `name`, written out in full (no defaulting webhook).
 pub fn machine_deployment(name: &str, replicas: u32) -> Value {
+    machine_deployment_tainted(name, replicas, &[])
+}
+
+/// [`machine_deployment`] whose template carries `taints` (Cluster API `MachineTaint`s).
+pub fn machine_deployment_tainted(name: &str, replicas: u32, taints: &[Value]) -> Value {
     // Without Cluster API's defaulting webhook, the selector must carry the cluster-name
     // label itself, or the MachineDeployment and MachineSet controllers keep rewriting each
     // other's labels.
     let labels =
         json!({"e2e.gangscaler.dev/group": name, "cluster.x-k8s.io/cluster-name": CLUSTER});
+    let mut spec = machine_spec(name, "StandinMachineTemplate");
+    if !taints.is_empty() {
+        spec["taints"] = json!(taints);
+    }
     json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
            "metadata": {"name": name, "namespace": NAMESPACE},
            "spec": {
@@ -418,7 +452,7 @@ pub fn machine_deployment(name: &str, replicas: u32) -> Value {
                "deletion": {"order": "Random"},
                "template": {
                    "metadata": {"labels": labels},
-                   "spec": machine_spec(name, "StandinMachineTemplate")}}})
+                   "spec": spec}}})
 }
 
 /// A Machine's spec (also a MachineDeployment template's) naming infrastructure `kind` `name`.
@@ -534,8 +568,9 @@ impl StandIn {
         self.attach(&names).await
     }
 
-    /// Registers the Node of machine `name` as a kubelet and a CSI node plugin would, in an
-    /// order that never lets the scheduler see the Node usable before its attach limit: with
+    /// Registers the Node of machine `name` as a kubelet and a CSI node plugin would, under
+    /// [`UNINITIALIZED_TAINT`], in an order that never lets the scheduler see the Node usable
+    /// before its attach limit: with
     /// CSI limits the Node is registered (capacity included) under [`CSI_STARTUP_TAINT`], its
     /// CSINode is published, and only then is the taint lifted, as a node plugin that owns a
     /// startup taint does. Without the taint the Node would be schedulable at once (no
@@ -555,6 +590,9 @@ impl StandIn {
         labels.insert("kubernetes.io/hostname".into(), json!(name));
         labels.insert(STANDIN_LABEL.into(), json!("true"));
         let mut taints = n["taints"].as_array().cloned().unwrap_or_default();
+        // Registered as a kubeadm-bootstrapped kubelet does: uninitialized until Cluster API
+        // has reconciled the Node (the control plane's included).
+        taints.push(json!({"key": UNINITIALIZED_TAINT, "effect": "NoSchedule"}));
         if !csi.is_empty() {
             taints.push(json!({"key": CSI_STARTUP_TAINT, "effect": "NoSchedule"}));
         }

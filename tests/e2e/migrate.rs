@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use gangscaler::audit::{Event, ReservationAction};
+use gangscaler::audit::ReservationAction;
 use gangscaler::migrate::api::GangApi;
 use gangscaler::migrate::convert::convert;
 use gangscaler::migrate::parse;
@@ -510,14 +510,7 @@ async fn the_webhook_links_annotated_pods_the_scheduler_gang_schedules_them_and_
         );
     }
     // The members ran on nodes reserved for their gang (the reservation records name them).
-    let reserved: Vec<_> = s
-        .records()
-        .into_iter()
-        .filter_map(|r| match r.event {
-            Event::Reservation(e) if e.action == ReservationAction::Reserved => Some(e),
-            _ => None,
-        })
-        .collect();
+    let reserved = s.reservations(ReservationAction::Reserved);
     let reserved_nodes: std::collections::BTreeSet<String> =
         reserved.iter().map(|e| e.node.clone()).collect();
     assert!(

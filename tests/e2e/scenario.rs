@@ -51,6 +51,8 @@ pub struct Group {
     pub capi: bool,
     /// With `capi`: `(reason, message)` every machine of the group fails with.
     pub capi_failure: Option<(String, String)>,
+    /// With `capi`: the MachineDeployment registers its Nodes under the reservation taint.
+    pub capi_registers_reserved: bool,
 }
 
 impl Group {
@@ -64,6 +66,7 @@ impl Group {
             extra: String::new(),
             capi: false,
             capi_failure: None,
+            capi_registers_reserved: false,
         }
     }
 
@@ -80,6 +83,14 @@ impl Group {
     #[must_use]
     pub fn failing(mut self, reason: &str, message: &str) -> Self {
         self.capi_failure = Some((reason.to_owned(), message.to_owned()));
+        self
+    }
+
+    /// With `capi`: the MachineDeployment's template carries the reservation taint
+    /// (`propagation: OnInitialization`).
+    #[must_use]
+    pub fn registering_reserved(mut self) -> Self {
+        self.capi_registers_reserved = true;
         self
     }
 
@@ -380,7 +391,11 @@ impl Scenario {
                         .iter()
                         .find(|s| s.id.as_str() == g.id)
                         .expect("the group is loaded");
-                    let mg = capi::MachineGroup::from_template(spec, &loaded.provider.gpu_label);
+                    let mut mg =
+                        capi::MachineGroup::from_template(spec, &loaded.provider.gpu_label);
+                    if g.capi_registers_reserved {
+                        mg = mg.registering_reserved();
+                    }
                     match &g.capi_failure {
                         Some((reason, message)) => mg.failing(reason, message),
                         None => mg,
@@ -537,6 +552,28 @@ impl Scenario {
         let reading = read_files(std::slice::from_ref(&self.audit)).unwrap();
         assert!(reading.bad.is_empty(), "bad audit lines: {:?}", reading.bad);
         reading.records
+    }
+
+    /// The reservation records with `action` (reserved or released), in order.
+    pub fn reservations(
+        &self,
+        action: gangscaler::audit::ReservationAction,
+    ) -> Vec<gangscaler::audit::ReservationEvent> {
+        self.records()
+            .into_iter()
+            .filter_map(|r| match r.event {
+                gangscaler::audit::Event::Reservation(e) if e.action == action => Some(e),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// How many reservations were released because their gang formed.
+    pub fn released_as_formed(&self) -> usize {
+        self.reservations(gangscaler::audit::ReservationAction::Released)
+            .iter()
+            .filter(|e| e.reason == Some(gangscaler::audit::ReleaseReason::Formed))
+            .count()
     }
 
     /// The accepted and rejected admission decisions for `group`, in order.
