@@ -66,9 +66,10 @@ impl Unseen {
             self.members, self.min_count, self.age_secs
         );
         let cause = if self.schedulers.is_empty() {
-            "kube-scheduler likely failed before recording one, e.g. kube-scheduler 1.37.2's \
-             DynamicResources plugin fails in PodGroupPostFilter for gangs without DRA claims \
-             (workaround: disable DynamicResources in the scheduler profile); check \
+            "kube-scheduler likely failed before recording one, e.g. kube-scheduler 1.37+'s \
+             DynamicResources PodGroupPostFilter fails (\"not found\") in a cycle where no \
+             member reached its PreFilter, always while the cluster has no Node (fix: disable \
+             DynamicResources at plugins.podGroupPostFilter in every scheduler profile); check \
              kube-scheduler's log"
                 .to_owned()
         } else {

@@ -10,7 +10,7 @@ mod versions;
 
 pub use csi::group_of;
 pub use lines::lines_for;
-pub use traps::disables_dynamic_resources;
+pub use traps::{DraPostFilter, dra_post_filter};
 
 use super::flags::{self, Version};
 use super::{Facts, LinkProbe, Observed, Report, Row, Status};

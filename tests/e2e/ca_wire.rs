@@ -5,9 +5,9 @@
 use std::time::{Duration, Instant};
 
 use super::ca_scaleup::assert_ca_made_the_calls;
-use super::gang_event;
 use super::harness::{Versions, eventually, metric_value};
 use super::scenario::{GangSpec, Group, Row, Scenario, Setup};
+use super::{create_dynamic, gang_event};
 
 fn on_group(group: &str) -> serde_json::Value {
     serde_json::json!({"nodeSelector": {"gangscaler.io/node-group": group}})
@@ -116,19 +116,24 @@ async fn a_gang_whose_members_get_no_scheduler_verdict_is_flagged_since_ca_canno
     assert!(s.group_nodes("gpu").await.is_empty());
 }
 
-/// kube-scheduler 1.37.2 with its default profile: the DynamicResources plugin fails in
-/// PodGroupPostFilter for gangs without DRA claims, so the members never get a verdict and CA
-/// never scales up for them; gangscaler says so. On the other rows the default profile works,
-/// and the same gang gets its verdict, CA scales it up and gangscaler raises no alarm.
+/// kube-scheduler 1.37+ with its default profile: DynamicResources' PodGroupPostFilter fails
+/// ("not found") in a gang's cycle where no member reached its PreFilter. In a cluster with no
+/// Node at all no member ever does (scheduling stops at "no nodes available"), so the members
+/// never get a verdict and CA never scales up for them; gangscaler says so. One Node anywhere
+/// in the cluster (here a control-plane Node no gang member may use) is enough: the members
+/// reach PreFilter, get Unschedulable, and CA scales the gang up. On 1.35 and 1.36 the plugin
+/// has no PodGroupPostFilter and the default profile works from an empty cluster.
 #[tokio::test]
 #[ignore = "needs e2e binaries: tests/e2e/build.sh"]
-async fn with_kube_scheduler_1_37_2_defaults_a_gang_is_invisible_to_ca_and_gangscaler_says_why() {
+async fn with_kube_scheduler_defaults_a_gang_is_invisible_to_ca_only_while_the_cluster_has_no_node()
+{
     let setup = Setup::new("ca-default-profile", "strict", vec![Group::new("gpu", 4)])
         .lifecycle("{interval: 500ms, noVerdictAfter: 5s}")
         .scheduler_profile("default");
     let s = Scenario::start(setup).await;
     let created = s.create_gang(&GangSpec::new("train", 2)).await;
-    if Versions::load().minor == "1.37" {
+    let minor = Versions::load().minor;
+    if minor.as_str() >= "1.37" {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let note = gang_event(&s.client, "train", "GangNotSeenByAutoscaler").await;
         assert!(note.contains("DynamicResources"), "{note}");
@@ -147,7 +152,33 @@ async fn with_kube_scheduler_1_37_2_defaults_a_gang_is_invisible_to_ca_and_gangs
             !s.ca.lines("ignored by allowed schedulers").is_empty(),
             "CA counts the members as ignored"
         );
-        eprintln!("1.37 trap reproduced; gangscaler's Event: {note}");
+        assert_eq!(
+            scheduled_reasons(&s.client, "train").await,
+            ["SchedulerError", "SchedulerError"],
+            "the members' verdict is the scheduler's error"
+        );
+        eprintln!("{minor} trap reproduced with no Node; gangscaler's Event: {note}");
+        // The trigger is the empty cluster, not the missing claims: one Node that no member
+        // can use lets them reach DynamicResources' PreFilter, and the same gang with the
+        // same profile gets Unschedulable and is scaled up.
+        let added = Instant::now();
+        create_dynamic(&s.client, control_plane_node("control-plane-0")).await;
+        // The new GPU nodes take 15 s to come: the verdict is visible meanwhile.
+        eventually(
+            "the members' verdict is Unschedulable once a Node exists",
+            Duration::from_secs(60),
+            || async {
+                (scheduled_reasons(&s.client, "train").await == ["Unschedulable", "Unschedulable"])
+                    .then_some(())
+            },
+        )
+        .await;
+        s.wait_running("train", 2, Duration::from_secs(180)).await;
+        assert_ca_made_the_calls(&s, "gpu");
+        eprintln!(
+            "{minor}: with one Node the gang ran {:.1}s later",
+            added.elapsed().as_secs_f64()
+        );
     } else {
         s.wait_running("train", 2, Duration::from_secs(120)).await;
         assert_ca_made_the_calls(&s, "gpu");
@@ -167,4 +198,46 @@ async fn with_kube_scheduler_1_37_2_defaults_a_gang_is_invisible_to_ca_and_gangs
             "{reasons:?}"
         );
     }
+}
+
+/// The reason of each member's `PodScheduled` condition (sorted; empty for none).
+async fn scheduled_reasons(client: &kube::Client, gang: &str) -> Vec<String> {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), "default");
+    let mut reasons: Vec<String> = pods
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&format!("{gang}-")))
+        })
+        .map(|p| {
+            p.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled")
+                .and_then(|c| c.reason)
+                .unwrap_or_default()
+        })
+        .collect();
+    reasons.sort();
+    reasons
+}
+
+/// A kwok Node outside every node group that no gang member may use: a control-plane Node
+/// (tainted for control-plane pods only, no GPUs), as most clusters have.
+fn control_plane_node(name: &str) -> serde_json::Value {
+    let capacity = serde_json::json!({"cpu": "4", "memory": "16Gi", "pods": "110"});
+    serde_json::json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name,
+                     "labels": {"kubernetes.io/hostname": name, "node-role.kubernetes.io/control-plane": ""},
+                     "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "spec": {"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]},
+        "status": {"capacity": capacity, "allocatable": capacity}})
 }

@@ -59,10 +59,10 @@ async fn doctor_reads_the_rows_gang_api_gates_and_traps_from_a_live_cluster() {
         &ca_flags,
         &format!("cluster-autoscaler \\\n  {}\n", flags.join(" \\\n  ")),
     );
-    // The scheduler's: its gates, and the no-dra profile file when the row runs it.
+    // The scheduler's: its gates, and the no-dra-postfilter profile file when the row runs it.
     let scheduler_flags = dir.join("scheduler.flags");
     let mut sched = format!("--feature-gates={}\n", versions.gates);
-    if versions.scheduler_profile == "no-dra" {
+    if versions.scheduler_profile == "no-dra-postfilter" {
         sched.push_str(&format!("--config={}\n", path(&dir.join("scheduler.yaml"))));
     }
     harness::write(&scheduler_flags, &sched);
@@ -130,7 +130,8 @@ async fn doctor_reads_the_rows_gang_api_gates_and_traps_from_a_live_cluster() {
     assert_eq!(trap["status"], "ok", "{trap}");
     if versions.minor == "1.37" {
         assert!(
-            trap["found"].as_str().unwrap().contains("worked around"),
+            trap["found"].as_str().unwrap().contains("worked around")
+                && trap["found"].as_str().unwrap().contains("DRA stays on"),
             "{trap}"
         );
         // No CA 1.37 yet: CA 1.36.1 runs one minor behind.
@@ -190,7 +191,7 @@ async fn doctor_reads_the_rows_gang_api_gates_and_traps_from_a_live_cluster() {
         "kube-scheduler".to_owned(),
         format!("--feature-gates={}", versions.gates),
     ];
-    if versions.scheduler_profile == "no-dra" {
+    if versions.scheduler_profile == "no-dra-postfilter" {
         sched_command.push(format!("--config={}", path(&dir.join("scheduler.yaml"))));
     }
     let objects = [

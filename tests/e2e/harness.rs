@@ -39,7 +39,8 @@ pub struct Versions {
     pub ca: String,
     /// The CA release that checks the legacy wire, e.g. `1.34.5`.
     pub ca_legacy: String,
-    /// `default`, or `no-dra` (the default profile without the DynamicResources plugin).
+    /// `default`, or `no-dra-postfilter` (the default profile with DynamicResources disabled
+    /// at `podGroupPostFilter` only).
     pub scheduler_profile: String,
     /// `v3.6.14`.
     pub etcd: String,
@@ -318,7 +319,7 @@ impl Cluster {
         Self::start_with_profile(test, None).await
     }
 
-    /// [`Cluster::start`] with the scheduler profile `profile` (`default` or `no-dra`) instead
+    /// [`Cluster::start`] with the scheduler profile `profile` (`default` or `no-dra-postfilter`) instead
     /// of the row's.
     pub async fn start_with_profile(test: &str, profile: Option<&str>) -> Self {
         let mut versions = Versions::load();
@@ -434,17 +435,20 @@ impl Cluster {
             "default" => {
                 sched.args([&format!("--kubeconfig={kc}"), "--leader-elect=false"]);
             }
-            "no-dra" => {
-                // kube-scheduler 1.37.2: DynamicResources fails in PodGroupPostFilter ("not
-                // found") for gangs without DRA claims, so their pods never get
-                // PodScheduled=False/Unschedulable and CA ignores them. With --config the
-                // kubeconfig and leader-election flags are ignored, so they go in the file.
+            "no-dra-postfilter" => {
+                // kube-scheduler 1.37+: DynamicResources' PodGroupPostFilter fails ("not
+                // found") in a gang's cycle where no member reached its PreFilter, which is
+                // every cycle while the cluster has no Node (the e2e clusters start empty), so
+                // the members get SchedulerError, not Unschedulable, and CA ignores them. Only
+                // that extension point is disabled; DRA's PreFilter, Filter and Score stay on.
+                // With --config the kubeconfig and leader-election flags are ignored, so they
+                // go in the file.
                 write(
                     &dir.join("scheduler.yaml"),
                     &format!(
                         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
                          clientConnection: {{kubeconfig: {kc}}}\nleaderElection: {{leaderElect: false}}\n\
-                         profiles:\n- schedulerName: default-scheduler\n  plugins:\n    multiPoint:\n      \
+                         profiles:\n- schedulerName: default-scheduler\n  plugins:\n    podGroupPostFilter:\n      \
                          disabled: [{{name: DynamicResources}}]\n"
                     ),
                 );

@@ -222,7 +222,8 @@ impl Setup {
         self
     }
 
-    /// kube-scheduler runs with `profile` (`default` or `no-dra`) whatever the row says.
+    /// kube-scheduler runs with `profile` (`default` or `no-dra-postfilter`) whatever the row
+    /// says.
     #[must_use]
     pub fn scheduler_profile(mut self, profile: &str) -> Self {
         self.scheduler_profile = Some(profile.to_owned());

@@ -13,6 +13,8 @@ use crate::model::{Taint, TaintEffect};
 
 const NO_DRA: &str = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
     profiles:\n- schedulerName: default-scheduler\n  plugins:\n    multiPoint:\n      disabled: [{name: DynamicResources}]\n";
+const NO_DRA_POST_FILTER: &str = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+    profiles:\n- schedulerName: default-scheduler\n  plugins:\n    podGroupPostFilter:\n      disabled: [{name: DynamicResources}]\n";
 
 fn v(s: &str) -> Version {
     Version::parse(s).unwrap()
@@ -101,7 +103,7 @@ fn healthy(minor: u32) -> Observed {
         },
         scheduler_config: (minor >= 37).then(|| SchedulerConfig {
             path: "/etc/sched.yaml".to_owned(),
-            text: Ok(NO_DRA.to_owned()),
+            text: Ok(NO_DRA_POST_FILTER.to_owned()),
         }),
         ca: Component {
             version: Some(Found::new(v(&format!("1.{minor}.1")), "--ca-version")),
@@ -647,47 +649,82 @@ fn a_short_unneeded_time_is_fine_only_while_gangscaler_protects_forming_gangs() 
 }
 
 #[test]
-fn the_1_37_scheduler_trap_is_checked_through_its_configuration() {
+fn the_scheduler_trap_is_checked_through_its_configuration_and_the_clusters_nodes() {
     const ID: &str = "trap/scheduler-dra-podgroup-postfilter";
-    let mut o = healthy(37);
-    assert_eq!(status(&o, ID), Status::Ok);
-    o.scheduler_config = Some(SchedulerConfig {
-        path: "/etc/sched.yaml".to_owned(),
-        text: Ok("profiles:\n- schedulerName: default-scheduler\n".to_owned()),
-    });
-    assert_eq!(status(&o, ID), Status::Error);
-    o.scheduler_config = Some(SchedulerConfig {
-        path: "/etc/sched.yaml".to_owned(),
-        text: Err("No such file".to_owned()),
-    });
-    assert_eq!(status(&o, ID), Status::Warn);
-    o.scheduler_config = Some(SchedulerConfig {
-        path: "/etc/sched.yaml".to_owned(),
-        text: Ok("profiles: [".to_owned()),
-    });
-    assert_eq!(status(&o, ID), Status::Warn);
-    o.scheduler.flags = Some(flags_of("--feature-gates=GenericWorkload=true"));
-    let r = row(&o, ID);
-    assert_eq!(r.status, Status::Error);
-    assert!(r.found.contains("without --config"), "{}", r.found);
-    o.scheduler.flags = None;
-    assert_eq!(status(&o, ID), Status::Warn);
+    for minor in [37, 38] {
+        let mut o = healthy(minor);
+        assert_eq!(status(&o, ID), Status::Ok);
+        o.scheduler_config = Some(SchedulerConfig {
+            path: "/etc/sched.yaml".to_owned(),
+            text: Ok(NO_DRA_POST_FILTER.to_owned()),
+        });
+        let r = row(&o, ID);
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(r.found.contains("DRA stays on"), "{r:?}");
+        // Left on: a warning while the cluster has Nodes (the trap fires only in cycles where
+        // no member reaches PreFilter), an error when it has none (it fires every cycle).
+        o.scheduler_config = Some(SchedulerConfig {
+            path: "/etc/sched.yaml".to_owned(),
+            text: Ok("profiles:\n- schedulerName: default-scheduler\n".to_owned()),
+        });
+        let r = row(&o, ID);
+        assert_eq!(r.status, Status::Warn, "{r:?}");
+        assert!(r.found.contains("no Node at all"), "{r:?}");
+        assert!(r.action.contains("podGroupPostFilter"), "{r:?}");
+        o.nodes = Ok(Vec::new());
+        let r = row(&o, ID);
+        assert_eq!(r.status, Status::Error, "{r:?}");
+        assert!(r.found.contains("the cluster has no Node now"), "{r:?}");
+        o.scheduler_config = Some(SchedulerConfig {
+            path: "/etc/sched.yaml".to_owned(),
+            text: Err("No such file".to_owned()),
+        });
+        assert_eq!(status(&o, ID), Status::Warn);
+        o.scheduler_config = Some(SchedulerConfig {
+            path: "/etc/sched.yaml".to_owned(),
+            text: Ok("profiles: [".to_owned()),
+        });
+        assert_eq!(status(&o, ID), Status::Warn);
+        o.scheduler.flags = Some(flags_of("--feature-gates=GenericWorkload=true"));
+        let r = row(&o, ID);
+        assert_eq!(r.status, Status::Error);
+        assert!(r.found.contains("without --config"), "{}", r.found);
+        o.scheduler.flags = None;
+        assert_eq!(status(&o, ID), Status::Warn);
+    }
     assert_eq!(status(&healthy(36), ID), Status::Ok);
     let mut o = healthy(36);
     o.server = Err("down".to_owned());
     o.scheduler.version = None;
     assert_eq!(status(&o, ID), Status::Unknown);
+    let mut o = healthy(37);
+    o.scheduler.version = Some(Found::new(v("v1.39.0"), "--scheduler-version"));
+    assert_eq!(status(&o, ID), Status::Unknown);
 }
 
 #[test]
-fn dynamic_resources_must_be_disabled_in_every_profile() {
-    assert!(disables_dynamic_resources(NO_DRA).unwrap());
+fn dynamic_resources_must_be_kept_out_of_the_gang_post_filter_in_every_profile() {
+    assert_eq!(dra_post_filter(NO_DRA).unwrap(), DraPostFilter::PluginOff);
+    assert_eq!(
+        dra_post_filter(NO_DRA_POST_FILTER).unwrap(),
+        DraPostFilter::PostFilterOff
+    );
     let star = "profiles:\n- plugins: {multiPoint: {disabled: [{name: '*'}]}}\n";
-    assert!(disables_dynamic_resources(star).unwrap());
-    let one_of_two = format!("{NO_DRA}- schedulerName: other\n");
-    assert!(!disables_dynamic_resources(&one_of_two).unwrap());
-    assert!(!disables_dynamic_resources("kind: KubeSchedulerConfiguration\n").unwrap());
-    assert!(disables_dynamic_resources("a: [").is_err());
+    assert_eq!(dra_post_filter(star).unwrap(), DraPostFilter::PluginOff);
+    let mixed = format!(
+        "{NO_DRA}- schedulerName: other\n  plugins: {{podGroupPostFilter: {{disabled: [{{name: DynamicResources}}]}}}}\n"
+    );
+    assert_eq!(
+        dra_post_filter(&mixed).unwrap(),
+        DraPostFilter::PostFilterOff
+    );
+    let one_of_two = format!("{NO_DRA_POST_FILTER}- schedulerName: other\n");
+    assert_eq!(dra_post_filter(&one_of_two).unwrap(), DraPostFilter::On);
+    assert_eq!(
+        dra_post_filter("kind: KubeSchedulerConfiguration\n").unwrap(),
+        DraPostFilter::On
+    );
+    assert!(dra_post_filter("a: [").is_err());
 }
 
 #[test]

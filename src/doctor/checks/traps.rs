@@ -9,19 +9,31 @@ pub(super) fn rows(o: &Observed, minor: Option<u32>) -> Vec<Row> {
     vec![scheduler_dra(o, minor), ca_gangs(o), api_removal(minor)]
 }
 
-/// Whether a KubeSchedulerConfiguration disables the DynamicResources plugin (by name or `*`
-/// under `multiPoint`) in every profile; a configuration without profiles runs the default
-/// one, with it.
+/// How a KubeSchedulerConfiguration keeps DynamicResources out of the gang post-filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DraPostFilter {
+    /// Every profile disables DynamicResources at `podGroupPostFilter` (or `*` there), and
+    /// keeps the rest of the plugin: the least that avoids the trap.
+    PostFilterOff,
+    /// Every profile disables the whole plugin (`multiPoint`), DRA included.
+    PluginOff,
+    /// Some profile (or the default one, without profiles) runs it.
+    On,
+}
+
+/// Whether every profile of a KubeSchedulerConfiguration keeps DynamicResources out of
+/// `podGroupPostFilter`, and how ([`DraPostFilter`]); a configuration without profiles runs
+/// the default one, with it.
 ///
 /// # Errors
 /// The text is not YAML.
-pub fn disables_dynamic_resources(text: &str) -> Result<bool, String> {
+pub fn dra_post_filter(text: &str) -> Result<DraPostFilter, String> {
     let v = crate::yaml::config_value(text, &crate::yaml::CONFIG).map_err(|e| e.to_string())?;
     let Some(profiles) = v.get("profiles").and_then(Value::as_array) else {
-        return Ok(false);
+        return Ok(DraPostFilter::On);
     };
-    let off = |p: &Value| {
-        p.pointer("/plugins/multiPoint/disabled")
+    let disabled_at = |p: &Value, point: &str| {
+        p.pointer(&format!("/plugins/{point}/disabled"))
             .and_then(Value::as_array)
             .is_some_and(|d| {
                 d.iter().any(|e| {
@@ -32,16 +44,34 @@ pub fn disables_dynamic_resources(text: &str) -> Result<bool, String> {
                 })
             })
     };
-    Ok(!profiles.is_empty() && profiles.iter().all(off))
+    if profiles.is_empty() {
+        return Ok(DraPostFilter::On);
+    }
+    if profiles.iter().all(|p| disabled_at(p, "multiPoint")) {
+        return Ok(DraPostFilter::PluginOff);
+    }
+    let off = |p: &Value| disabled_at(p, "multiPoint") || disabled_at(p, "podGroupPostFilter");
+    Ok(if profiles.iter().all(off) {
+        DraPostFilter::PostFilterOff
+    } else {
+        DraPostFilter::On
+    })
 }
+
+/// The kube-scheduler minors whose DynamicResources plugin has the gang post-filter trap:
+/// 1.37 (read and reproduced in 1.37.2) and 1.38 (the same code in 1.38.0-beta.0).
+const TRAP_MINORS: [u32; 2] = [37, 38];
 
 fn scheduler_dra(o: &Observed, minor: Option<u32>) -> Row {
     const ID: &str = "trap/scheduler-dra-podgroup-postfilter";
-    let trap = "kube-scheduler 1.37 (seen in 1.37.2): the DynamicResources plugin fails in \
-                PodGroupPostFilter for gangs without DRA claims, so gang pods never get \
-                PodScheduled=False/Unschedulable and CA never sees them";
-    let fix = "run kube-scheduler with --config whose profiles disable DynamicResources under \
-               plugins.multiPoint.disabled (only where no gang uses DRA claims)";
+    let trap = "kube-scheduler 1.37+: DynamicResources' PodGroupPostFilter reads state its \
+                PreFilter writes for every member (claims or not), and fails with \"not found\" \
+                in a gang's cycle where no member reached that PreFilter: when the cluster has \
+                no Node at all, while fewer member pods exist than minCount, or when an earlier \
+                PreFilter rejects every member (e.g. a missing PVC); the members then get \
+                PodScheduled=False/SchedulerError, not Unschedulable, and CA ignores them";
+    let fix = "run kube-scheduler with --config whose every profile has plugins.podGroupPostFilter.disabled: \
+               [{name: DynamicResources}] (DRA itself stays on; see docs/limits.md)";
     let scheduler_minor = o
         .scheduler
         .version
@@ -50,16 +80,49 @@ fn scheduler_dra(o: &Observed, minor: Option<u32>) -> Row {
         .or(minor);
     match scheduler_minor {
         None => return Row::new(ID, Status::Unknown, "kube-scheduler's minor is unknown", ""),
-        Some(m) if m != 37 => {
+        Some(m) if m < TRAP_MINORS[0] => {
             return Row::new(
                 ID,
                 Status::Ok,
-                format!("does not apply to kube-scheduler 1.{m}"),
+                format!(
+                    "does not apply to kube-scheduler 1.{m} (its DynamicResources has no PodGroupPostFilter)"
+                ),
                 "",
+            );
+        }
+        Some(m) if !TRAP_MINORS.contains(&m) => {
+            return Row::new(
+                ID,
+                Status::Unknown,
+                format!(
+                    "kube-scheduler 1.{m} is newer than doctor knows; the 1.37/1.38 trap is not checked"
+                ),
+                fix,
             );
         }
         Some(_) => {}
     }
+    // Where the trap fires on every cycle: a cluster without any Node (every member stops
+    // before PreFilter with "no nodes available").
+    let severity = match &o.nodes {
+        Ok(nodes) if nodes.is_empty() => (
+            Status::Error,
+            "the cluster has no Node now, so every gang's cycle fails",
+        ),
+        Ok(_) => (
+            Status::Warn,
+            "the cluster has Nodes, so it fails only in the cycles above",
+        ),
+        Err(_) => (Status::Warn, "the Nodes could not be listed"),
+    };
+    let unfixed = |why: String| {
+        Row::new(
+            ID,
+            severity.0,
+            format!("{trap}; {why}; {}", severity.1),
+            fix,
+        )
+    };
     let Some(sched_flags) = &o.scheduler.flags else {
         return Row::new(
             ID,
@@ -69,31 +132,38 @@ fn scheduler_dra(o: &Observed, minor: Option<u32>) -> Row {
         );
     };
     if flags::last(&sched_flags.value, "config").is_none() {
-        return Row::new(
-            ID,
-            Status::Error,
-            format!("{trap}; kube-scheduler runs without --config, so DynamicResources is on"),
-            fix,
+        return unfixed(
+            "kube-scheduler runs without --config, so the default profile runs it".to_owned(),
         );
     }
     match &o.scheduler_config {
-        Some(c) => match c.text.as_ref().map(|t| disables_dynamic_resources(t)) {
-            Ok(Ok(true)) => Row::new(
+        Some(c) => match c.text.as_ref().map(|t| dra_post_filter(t)) {
+            Ok(Ok(DraPostFilter::PostFilterOff)) => Row::new(
                 ID,
                 Status::Ok,
                 format!(
-                    "kube-scheduler 1.37's DynamicResources/PodGroupPostFilter trap: worked \
-                     around ({} disables DynamicResources in every profile)",
+                    "kube-scheduler's DynamicResources/PodGroupPostFilter trap: worked around \
+                     ({} disables DynamicResources at podGroupPostFilter in every profile; DRA \
+                     stays on)",
                     c.path
                 ),
                 "",
             ),
-            Ok(Ok(false)) => Row::new(
+            Ok(Ok(DraPostFilter::PluginOff)) => Row::new(
                 ID,
-                Status::Error,
-                format!("{trap}; {} leaves DynamicResources on", c.path),
-                fix,
+                Status::Ok,
+                format!(
+                    "kube-scheduler's DynamicResources/PodGroupPostFilter trap: worked around \
+                     ({} disables the whole DynamicResources plugin, so no workload can use DRA \
+                     claims; disabling it at podGroupPostFilter alone is enough)",
+                    c.path
+                ),
+                "",
             ),
+            Ok(Ok(DraPostFilter::On)) => unfixed(format!(
+                "{} leaves DynamicResources' PodGroupPostFilter on",
+                c.path
+            )),
             Ok(Err(e)) => Row::new(
                 ID,
                 Status::Warn,
