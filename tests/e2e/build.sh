@@ -49,6 +49,11 @@ build_k8s() {
   # every staging module is replaced with its published version. go.sum entries are checked
   # against the Go checksum database as usual.
   local wrap="$cache/wrappers/k8s-$k8s_version"
+  # A row may need a newer Go than the machine's (versions.env: GOTOOLCHAIN_<minor>); only
+  # this build uses it.
+  local toolchain_var="GOTOOLCHAIN_${minor/./_}"
+  local GOTOOLCHAIN=${!toolchain_var:-local}
+  export GOTOOLCHAIN
   mkdir -p "$wrap"
   printf 'module gangscaler.local/e2e/k8s\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes %s\n' "$k8s_version" > "$wrap/go.mod"
   local upstream
