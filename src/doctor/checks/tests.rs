@@ -393,6 +393,14 @@ fn ca_is_supported_for_its_minor_one_behind_is_a_warning() {
     assert_eq!(status(&o, "ca-version"), Status::Error);
     o.ca.version = None;
     assert_eq!(status(&o, "ca-version"), Status::Unknown);
+    // Two minors behind is a warning only while nothing newer is released.
+    let mut o = healthy(38);
+    o.ca.version = Some(Found::new(v("1.36.1"), "--ca-version"));
+    let r = row(&o, "ca-version");
+    assert_eq!(r.status, Status::Warn, "{r:?}");
+    assert!(r.found.contains("2 minors behind"), "{}", r.found);
+    o.ca.version = Some(Found::new(v("1.35.2"), "--ca-version"));
+    assert_eq!(status(&o, "ca-version"), Status::Error);
 }
 
 #[test]

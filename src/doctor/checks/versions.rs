@@ -50,6 +50,11 @@ pub(super) fn scheduler(o: &Observed) -> Row {
     )
 }
 
+/// The newest Cluster Autoscaler minor released: no 1.37 CA is tagged (its release branch
+/// still builds against the 1.36 Kubernetes libraries), so clusters of 1.37 and 1.38 can run
+/// nothing newer than 1.36.
+pub const NEWEST_CA_MINOR: u32 = 36;
+
 pub(super) fn autoscaler(o: &Observed) -> Row {
     const ID: &str = "ca-version";
     let Some(found) = &o.ca.version else {
@@ -84,6 +89,19 @@ pub(super) fn autoscaler(o: &Observed) -> Row {
             format!(
                 "{at}: one minor behind; CA is supported for its own minor only (gangscaler's \
                  e2e runs CA 1.36.1 against 1.37: CA sees gang members as plain pods)"
+            ),
+            format!(
+                "upgrade CA to {} once it is released",
+                server.minor_string()
+            ),
+        ),
+        behind if behind > 1 && v.minor == NEWEST_CA_MINOR => Row::new(
+            ID,
+            Status::Warn,
+            format!(
+                "{at}: {behind} minors behind, but no newer CA is released (the newest is \
+                 1.{NEWEST_CA_MINOR}); gangscaler's e2e runs CA 1.36.1 against 1.37 and 1.38: \
+                 CA sees gang members as plain pods"
             ),
             format!(
                 "upgrade CA to {} once it is released",
