@@ -136,8 +136,9 @@ impl Fixture {
 
     fn decide(&self) -> gangscaler::planner::Decision {
         self.admission
-            .decide(&self.group, labels::DEFAULT_GPU_LABEL, 8, 3, T0 + 60)
+            .decide(&self.group, labels::DEFAULT_GPU_LABEL, 8, 3, &[], T0 + 60)
             .expect("decision")
+            .0
     }
 
     /// The index-reading part of a lifecycle tick, then the observation of the open

@@ -100,6 +100,7 @@ fn gang(i: usize) -> Gang {
         priority: (i % 5) as i32,
         created_unix: 1_700_000_000 + (i as i64 * 7919) % 100_000,
         topology_key: (kind == 0).then(|| RACK.to_owned()),
+        composite: None,
         scheduled: false,
     }
 }
@@ -147,6 +148,7 @@ fn decide(f: &Fixture) -> planner::Decision {
         in_flight: &f.in_flight,
         elsewhere: &BTreeMap::new(),
         ungrouped_nodes: 1,
+        deferred_composites: &[],
     })
 }
 

@@ -14,8 +14,13 @@
 //! | 1.35 | `scheduling.k8s.io/v1alpha1` | `Workload.spec.podGroups[]` | `spec.workloadRef` |
 //! | 1.36 | `scheduling.k8s.io/v1alpha2` | `PodGroup` | `spec.schedulingGroup.podGroupName` |
 //! | 1.37 | `scheduling.k8s.io/v1beta1`, `v1alpha3` | `PodGroup` (`CompositePodGroup` in v1alpha3) | `spec.schedulingGroup.podGroupName` |
+//! | 1.38 | `scheduling.k8s.io/v1beta1` | `PodGroup`, `CompositePodGroup` | `spec.schedulingGroup.podGroupName` |
+//!
+//! A CompositePodGroup with a gang policy becomes a [`Composite`](crate::model::Composite) of
+//! the gangs naming it (`spec.parentCompositePodGroupName`), in [`GangView::composites`].
 
 pub mod adapters;
+mod composites;
 mod demand;
 mod gangs;
 mod index;

@@ -8,6 +8,7 @@
 //! instances CA deleted before the scale-up loop saw them.
 
 pub mod admission;
+mod composite;
 mod decisions;
 mod failed;
 mod reload;
@@ -29,7 +30,6 @@ use crate::model::{
 };
 use crate::provision::{self, NodeRef, Provisioner};
 use crate::scaleup::{InstanceSource, InstancesError, Recorder};
-use decisions::decision_verdict;
 
 /// Engine errors; `grpc::status` maps each to one gRPC code.
 #[derive(Debug, thiserror::Error)]
@@ -369,33 +369,34 @@ impl Engine {
         self.read_backend_blocker(g, backend.as_ref()).await?;
         let target = backend.target_size(g).await?;
         self.note_target(g, target, false);
-        let mut decision = admission
-            .decide(g, &cfg.provider.gpu_label, target, delta, now)
-            .map_err(|e| match e {
-                admission::Unavailable::NotSynced => Error::NotSynced(g.id.clone()),
-                admission::Unavailable::Stale(stale) => Error::ViewStale {
-                    group: g.id.clone(),
-                    stale,
-                },
-            })?;
+        let unavailable = |e| match e {
+            admission::Unavailable::NotSynced => Error::NotSynced(g.id.clone()),
+            admission::Unavailable::Stale(stale) => Error::ViewStale {
+                group: g.id.clone(),
+                stale,
+            },
+        };
+        // A pending composite may take nodes of other groups in this decision: read their
+        // targets (a group whose target cannot be read takes no share).
+        let others = if admission.composites_pending(now).map_err(unavailable)? {
+            self.other_targets(&cfg, g).await
+        } else {
+            Vec::new()
+        };
+        let others: Vec<(&NodeGroupSpec, u32)> =
+            others.iter().map(|(i, t)| (&cfg.groups[*i], *t)).collect();
+        let (mut decision, mut companions) = admission
+            .decide(g, &cfg.provider.gpu_label, target, delta, &others, now)
+            .map_err(unavailable)?;
         decision.reservation_off = self.reservation_off(g, &cfg.provider.gpu_label);
-        self.metrics
-            .admission(decision_verdict(&decision), decision.rule.as_str());
-        let record = serde_json::to_string(&decision).unwrap_or_default();
-        info!(
-            node_group.id = %g.id,
-            policy = decision.policy.as_str(),
-            verdict = decision_verdict(&decision),
-            rule = decision.rule.as_str(),
-            ca_delta = delta,
-            applied_delta = decision.applied_delta,
-            target_size = target,
-            gangs.admitted = decision.admitted.len(),
-            gangs.deferred = decision.deferred.len(),
-            reason = %decision.reason,
-            record = %record,
-            "admission decision"
-        );
+        for c in &mut companions {
+            let (cg, cb) = self.companion(&cfg, &c.group)?;
+            self.read_backend_blocker(cg, cb.as_ref()).await?;
+            c.reservation_off = self.reservation_off(cg, &cfg.provider.gpu_label);
+        }
+        for d in std::iter::once(&decision).chain(&companions) {
+            self.log_decision(d, delta);
+        }
         if !decision.is_accepted() || decision.applied_delta == 0 {
             self.publish_decision(&decision);
             // Nothing changes, so an unwritable log does not change the answer either.
@@ -407,39 +408,74 @@ impl Engine {
         }
         // Deciding took time: the leadership is checked again just before acting.
         self.check_leader()?;
-        // Record before acting: the decision is durable before any node is requested, so no
-        // node is ever added without the record of why.
-        let scale_up = self.record_decision(&decision, now_ms).map_err(|why| {
-            warn!(node_group.id = %g.id, applied_delta = decision.applied_delta, error = %why, "scale-up refused: its decision could not be recorded");
-            Error::AuditUnwritable {
-                group: g.id.clone(),
-                nodes: decision.applied_delta,
-                why,
+        // Record before acting: every decision of a cross-group scale-up is durable before any
+        // node is requested, so no node is ever added without the record of why.
+        let mut recorded: Vec<(&NodeGroupSpec, Option<String>)> = Vec::new();
+        for d in std::iter::once(&decision).chain(&companions) {
+            let dg = if d.group == g.id {
+                g
+            } else {
+                self.companion(&cfg, &d.group)?.0
+            };
+            match self.record_decision(d, now_ms) {
+                Ok(id) => recorded.push((dg, id)),
+                Err(why) => {
+                    warn!(node_group.id = %d.group, applied_delta = d.applied_delta, error = %why, "scale-up refused: its decision could not be recorded");
+                    let reason = format!(
+                        "the decision of node group {} in the same cross-group scale-up could not be recorded: nothing was requested",
+                        d.group
+                    );
+                    self.fail_recorded(&recorded, &reason);
+                    return Err(Error::AuditUnwritable {
+                        group: g.id.clone(),
+                        nodes: decision.applied_delta,
+                        why,
+                    });
+                }
             }
-        })?;
-        // A group whose reservation a DaemonSet keeps off gets its nodes without the taint.
-        let unreserved;
-        let g = if decision.reservation_off.is_some() {
-            unreserved = reservation::without_reservation(g);
-            &unreserved
-        } else {
-            g
-        };
+        }
+        // The other groups' shares first: if one fails, the group CA asked for adds nothing
+        // and the shares already added are taken back, so no composite is scaled up in part.
+        let mut added: Vec<(&NodeGroupSpec, u32)> = Vec::new();
+        for c in &companions {
+            let (cg, cb) = self.companion(&cfg, &c.group)?;
+            let cg = self.maybe_unreserved(cg, c);
+            let result = cb.increase(&cg, c.applied_delta).await;
+            self.observe(&cg, "increase", &result);
+            self.note_increase(&cg, &result);
+            if let Err(e) = result {
+                warn!(node_group.id = %c.group, asked = %g.id, error = %e, "a composite's share failed: the cross-group scale-up is withdrawn");
+                self.withdraw(&added).await;
+                let reason = format!(
+                    "the backend failed the increase of node group {}: {e}",
+                    c.group
+                );
+                self.fail_recorded(&recorded, &reason);
+                return Err(e.into());
+            }
+            added.push((self.companion(&cfg, &c.group)?.0, c.applied_delta));
+        }
+        let g = &self.maybe_unreserved(g, &decision);
         let result = backend.increase(g, decision.applied_delta).await;
         self.observe(g, "increase", &result);
         self.note_increase(g, &result);
         let new_target = match result {
             Ok(t) => t,
             Err(e) => {
-                if let Some(id) = &scale_up {
-                    self.provision_failed(g, id, &e);
-                }
+                self.withdraw(&added).await;
+                let reason = format!(
+                    "the backend failed the increase of node group {}: {e}",
+                    g.id
+                );
+                self.fail_recorded(&recorded, &reason);
                 return Err(e.into());
             }
         };
-        self.publish_decision(&decision);
-        admission.record(&decision, now);
-        info!(node_group.id = %g.id, ca_delta = delta, applied_delta = decision.applied_delta, target = new_target, "target size increased");
+        for d in std::iter::once(&decision).chain(&companions) {
+            self.publish_decision(d);
+            admission.record(d, now);
+        }
+        info!(node_group.id = %g.id, ca_delta = delta, applied_delta = decision.applied_delta, target = new_target, companions = companions.len(), "target size increased");
         Ok(new_target)
     }
 

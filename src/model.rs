@@ -13,7 +13,7 @@ pub mod template;
 
 pub use echo::{ECHO_CHARS, Echo, echo};
 pub use gang::{
-    Gang, GangRef, Member, PodDemand, SelectorOperator, SelectorRequirement, Toleration,
+    Composite, Gang, GangRef, Member, PodDemand, SelectorOperator, SelectorRequirement, Toleration,
     TolerationOperator,
 };
 pub use instance::{ErrorClass, ErrorCode, Instance, InstanceError, InstanceState};

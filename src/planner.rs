@@ -9,6 +9,8 @@
 //! - [`fit()`]: first-fit-decreasing placement of a gang's unbound members ([`mod@fit`]).
 //! - [`plan()`]: every pending gang against every group, for the `plan` command ([`mod@plan`]).
 //! - [`admit()`]: the admission decision for one increase ([`mod@admit`]).
+//! - [`place_composites()`] and [`combine()`]: composites (CompositePodGroups) admitted whole
+//!   across node groups in one increase ([`mod@composite`]).
 //! - [`capacity()`]: every gang shape against every group, with the largest admissible
 //!   `minCount`, for `plan --simulate` ([`mod@capacity`]).
 //! - [`blocking_daemon_sets()`]: the DaemonSets that keep node reservation off for a group
@@ -17,6 +19,7 @@
 
 pub mod admit;
 pub mod capacity;
+pub mod composite;
 pub mod explain;
 pub mod fit;
 pub mod plan;
@@ -25,10 +28,14 @@ pub mod reservation;
 pub mod shape;
 
 pub use admit::{
-    AdmissionInput, AdmittedGang, CoveredGang, Decision, DeferredGang, Extent, Policy, Rule,
-    Verdict, admit,
+    AdmissionInput, AdmittedGang, CompositeShares, CoveredGang, Decision, DeferredGang, Extent,
+    GroupShare, Policy, Rule, Verdict, admit,
 };
 pub use capacity::{Capacity, GangShape, GroupCapacity, ShapeCapacity, Threshold, capacity};
+pub use composite::{
+    CompositeAdmission, CompositeDeferral, CompositeInput, CompositePlan, CompositePreview,
+    GroupSlot, combine, place_composites, preview,
+};
 pub use explain::Reason;
 pub use fit::{GangFit, check_pod, fit, nodes_for_pods};
 pub use plan::{FitOutcome, GangPlan, GroupOption, Plan, plan};

@@ -482,6 +482,8 @@ struct Flaky {
     /// What `reservation_blocker` answers (a Cluster API template without the taint); it
     /// fails too while `failing`.
     blocker: std::sync::Mutex<Option<String>>,
+    /// `increase` of this one group fails.
+    failing_group: std::sync::Mutex<Option<String>>,
 }
 
 impl Flaky {
@@ -490,6 +492,7 @@ impl Flaky {
             inner: MemoryProvisioner::new(),
             failing: std::sync::atomic::AtomicBool::new(failing),
             blocker: std::sync::Mutex::new(None),
+            failing_group: std::sync::Mutex::new(None),
         }
     }
 
@@ -518,7 +521,9 @@ impl Provisioner for Flaky {
         group: &NodeGroupSpec,
         delta: u32,
     ) -> gangscaler::provision::Result<u32> {
-        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst)
+            || self.failing_group.lock().unwrap().as_deref() == Some(group.id.as_str())
+        {
             return Err(Self::unavailable(group));
         }
         self.inner.increase(group, delta).await
@@ -826,4 +831,160 @@ async fn a_backend_that_does_not_register_nodes_reserved_turns_the_groups_reserv
         "{recorded:?}"
     );
     assert_eq!(recorded[1], None, "{recorded:?}");
+}
+
+/// A 1.38 CompositePodGroup `job` (gang of 2 child groups): a CPU launcher (one 4-CPU pod)
+/// and `workers` members that each need a whole 8-GPU node.
+fn composite_job(workers: u32) -> String {
+    let mut docs = vec![
+        "apiVersion: scheduling.k8s.io/v1beta1\nkind: CompositePodGroup\nmetadata: {name: job, namespace: ml, creationTimestamp: \"2026-12-01T00:00:00Z\"}\nspec:\n  workloadRef: {workloadName: job, templateName: job}\n  schedulingPolicy: {gang: {minGroupCount: 2}}\n".to_owned(),
+    ];
+    for (child, min) in [("job-launcher", 1), ("job-workers", workers)] {
+        docs.push(format!(
+            "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {{name: {child}, namespace: ml, creationTimestamp: \"2026-12-01T00:00:00Z\"}}\nspec:\n  parentCompositePodGroupName: job\n  workloadRef: {{workloadName: job, templateName: {child}}}\n  schedulingPolicy: {{gang: {{minCount: {min}}}}}\n"
+        ));
+    }
+    docs.push("apiVersion: v1\nkind: Pod\nmetadata: {name: job-launcher-0, namespace: ml}\nspec:\n  schedulingGroup: {podGroupName: job-launcher}\n  containers:\n  - name: launch\n    image: example.invalid/launch:1\n    resources: {requests: {cpu: \"4\"}}\nstatus: {phase: Pending}\n".to_owned());
+    for i in 0..workers {
+        docs.push(format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: job-workers-{i}, namespace: ml}}\nspec:\n  schedulingGroup: {{podGroupName: job-workers}}\n  tolerations: [{{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}]\n  containers:\n  - name: train\n    image: example.invalid/train:1\n    resources: {{limits: {{nvidia.com/gpu: \"8\"}}, requests: {{cpu: \"4\"}}}}\nstatus: {{phase: Pending}}\n"
+        ));
+    }
+    docs.join("---\n")
+}
+
+/// An engine over the CPU group `cpu` (nodes due a minute after the request) and `h100` (max
+/// `h100_max`) on `flaky`, with an audit log.
+async fn composite_engine(
+    flaky: Arc<Flaky>,
+    h100_max: u32,
+    objects: &str,
+    path: &std::path::Path,
+) -> Engine {
+    use gangscaler::audit;
+    use gangscaler::scaleup::{Recorder, Timeouts};
+    let (recorder, _) = Recorder::open(path, audit::Config::new(), Timeouts::default()).unwrap();
+    let provisioners: Vec<Arc<dyn Provisioner>> = vec![flaky];
+    // CPU nodes take a minute to come: a share can be taken back until then.
+    let mut cpu = testing::group("cpu", 0, 4);
+    cpu.backend = testing::memory_backend(
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(60),
+    );
+    Engine::new(
+        testing::loaded(vec![cpu, h100(h100_max)]),
+        None,
+        provisioners,
+        Arc::new(Metrics::new()),
+    )
+    .await
+    .unwrap()
+    .with_audit(Arc::new(recorder))
+    .with_admission(
+        Policy::Strict,
+        Arc::new(StaticObjects(
+            ObjectSet::from_yaml_documents(objects).unwrap(),
+        )),
+    )
+}
+
+fn decisions(path: &std::path::Path) -> Vec<gangscaler::audit::DecisionEvent> {
+    use gangscaler::audit::{self, Event};
+    audit::read_files(&[path.to_path_buf()])
+        .unwrap()
+        .records
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::Decision(d) => Some(d),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn one_increase_scales_every_group_of_a_composite_and_records_both_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let e = composite_engine(Arc::new(Flaky::new(false)), 4, &composite_job(2), &path).await;
+    // CA asks for the GPU group, for the workers' pods.
+    assert_eq!(e.increase_size("h100", 2).await.unwrap(), 2);
+    assert_eq!(
+        e.target_size("cpu").await.unwrap(),
+        1,
+        "the launcher's node"
+    );
+    let d = decisions(&path);
+    assert_eq!(d.len(), 2, "{d:#?}");
+    let primary = d.iter().find(|d| d.node_group == "h100").unwrap();
+    let share = d.iter().find(|d| d.node_group == "cpu").unwrap();
+    assert_eq!(
+        (primary.rule.as_str(), share.rule.as_str()),
+        ("composite_admitted", "composite_share")
+    );
+    assert!(primary.scale_up_id.is_some() && share.scale_up_id.is_some());
+    let shares: Vec<(&str, u32, u32)> = primary.composites[0]
+        .shares
+        .iter()
+        .map(|s| (s.node_group.as_str(), s.target, s.nodes))
+        .collect();
+    assert_eq!(shares, [("cpu", 0, 1), ("h100", 0, 2)]);
+    // CA asking the CPU group for the launcher's pod again adds nothing.
+    let err = e.increase_size("cpu", 1).await.unwrap_err();
+    assert!(matches!(err, Error::Rejected { .. }), "{err}");
+    assert!(err.to_string().contains("ml/job"), "{err}");
+    assert_eq!(e.target_size("cpu").await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_composite_whose_workers_cannot_fit_gets_no_node_on_either_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    // Three whole-node workers, two H100 nodes of room.
+    let e = composite_engine(Arc::new(Flaky::new(false)), 2, &composite_job(3), &path).await;
+    for group in ["cpu", "h100"] {
+        let err = e.increase_size(group, 1).await.unwrap_err();
+        assert!(matches!(err, Error::Rejected { .. }), "{group}: {err}");
+        assert!(err.to_string().contains("job-workers"), "{err}");
+    }
+    assert_eq!(e.target_size("cpu").await.unwrap(), 0);
+    assert_eq!(e.target_size("h100").await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_failed_share_takes_back_the_shares_added_and_ends_every_lifecycle() {
+    use gangscaler::audit::{self, Event, Outcome};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let flaky = Arc::new(Flaky::new(false));
+    // The CPU share goes first and succeeds; the asked GPU group then fails.
+    *flaky.failing_group.lock().unwrap() = Some("h100".into());
+    let e = composite_engine(flaky.clone(), 4, &composite_job(2), &path).await;
+    let err = e.increase_size("h100", 2).await.unwrap_err();
+    assert_eq!(status::code(&err), tonic::Code::Unavailable, "{err}");
+    assert_eq!(
+        e.target_size("cpu").await.unwrap(),
+        0,
+        "the CPU share was taken back"
+    );
+    assert_eq!(e.target_size("h100").await.unwrap(), 0);
+    let outcomes: Vec<(String, Outcome)> = audit::read_files(std::slice::from_ref(&path))
+        .unwrap()
+        .records
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::Outcome(o) => Some((o.gang.unwrap().name, o.outcome)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("job-workers".to_owned(), Outcome::ProvisionFailed),
+            ("job-launcher".to_owned(), Outcome::ProvisionFailed)
+        ]
+    );
+    // Nothing counted in flight: once the backend answers, the composite is admitted again.
+    *flaky.failing_group.lock().unwrap() = None;
+    assert_eq!(e.increase_size("h100", 2).await.unwrap(), 2);
+    assert_eq!(e.target_size("cpu").await.unwrap(), 1);
 }

@@ -87,6 +87,7 @@ fn planner_decision(admitted: &[&str], deferred: usize) -> Decision {
         unhostable: 3,
         reason: "admitted some".into(),
         reservation_off: None,
+        composites: Vec::new(),
     }
 }
 

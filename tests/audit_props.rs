@@ -60,6 +60,7 @@ fn decision(id: Option<String>, group: &str, verdict: Verdict, gangs: &[&str]) -
         duration_ms: None,
         reason: "generated".into(),
         reservation_off: None,
+        composites: Vec::new(),
     }
 }
 

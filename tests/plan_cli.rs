@@ -435,3 +435,46 @@ fn a_malformed_trace_is_refused_naming_the_file_line_field_and_value() {
     assert!(!ok);
     assert!(stderr.contains("--simulate"), "{stderr}");
 }
+
+fn plan_of(objects: &str, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_gangscaler"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["plan", "--objects", objects])
+        .args(args)
+        .env_remove("GANGSCALER_CONFIG")
+        .output()
+        .expect("running gangscaler plan");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn plan_shows_a_composite_placed_across_two_groups_and_one_that_cannot_be_placed_whole() {
+    for args in [&["-o", "json"][..], &["-o", "json", "--simulate"][..]] {
+        let json = plan_of("examples/objects/composite-job.yaml", args);
+        let composites = json["composites"].as_array().unwrap();
+        assert_eq!(composites.len(), 2, "{args:?}: {json:#}");
+        let pretrain = &composites[0];
+        assert_eq!(pretrain["composite"]["name"], "pretrain");
+        let shares: Vec<(&str, u64)> = pretrain["admission"]["shares"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s[0].as_str().unwrap(), s[1][0]["nodes"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(shares, [("cpu-general", 1), ("h100-8x", 2)], "{args:?}");
+        let sweep = &composites[1];
+        assert_eq!(sweep["composite"]["name"], "sweep");
+        assert!(sweep["admission"].is_null(), "{sweep:#}");
+        assert_eq!(sweep["reason"]["kind"], "composite_short");
+        let detail = sweep["reason"]["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("sweep-workers") && detail.contains("h100-8x has headroom 16 for 20"),
+            "{detail}"
+        );
+    }
+}

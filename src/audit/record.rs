@@ -278,6 +278,45 @@ pub struct DecisionEvent {
     /// (a DaemonSet that runs on the group lacks the toleration); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation_off: Option<String>,
+    /// Composites (CompositePodGroups) this decision admits, each with every node group's
+    /// target size before the decision and the nodes it adds there: one cross-group scale-up,
+    /// recorded whole in the record of the group CA asked for and in each other group's
+    /// record of it. Absent without composites.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub composites: Vec<CompositeSummary>,
+}
+
+/// A composite admitted by a decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeSummary {
+    /// The composite.
+    pub composite: GangId,
+    /// Its `minGroupCount`.
+    pub min_group_count: u32,
+    /// Children already formed.
+    pub formed: u32,
+    /// Children whose nodes were requested earlier.
+    pub in_flight: u32,
+    /// The topology domain (`key=value`) all children were placed in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// Every node group's part, in configuration order.
+    pub shares: Vec<ShareSummary>,
+}
+
+/// One node group's part of a composite admission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShareSummary {
+    /// The node group.
+    pub node_group: String,
+    /// Its target size before the decision.
+    pub target: u32,
+    /// Nodes added on it for the composite.
+    pub nodes: u32,
+    /// The children placed on it.
+    pub children: Vec<GangId>,
 }
 
 impl DecisionEvent {
@@ -372,6 +411,27 @@ impl From<&planner::Decision> for DecisionEvent {
             duration_ms: None,
             reason: d.reason.clone(),
             reservation_off: d.reservation_off.clone(),
+            composites: d
+                .composites
+                .iter()
+                .map(|c| CompositeSummary {
+                    composite: GangId::from(&c.composite),
+                    min_group_count: c.min_group_count,
+                    formed: c.formed,
+                    in_flight: c.in_flight,
+                    domain: c.domain.clone(),
+                    shares: c
+                        .shares
+                        .iter()
+                        .map(|s| ShareSummary {
+                            node_group: s.group.to_string(),
+                            target: s.target,
+                            nodes: s.nodes,
+                            children: s.children.iter().map(GangId::from).collect(),
+                        })
+                        .collect(),
+                })
+                .collect(),
         }
     }
 }

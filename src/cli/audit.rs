@@ -278,6 +278,7 @@ pub(super) fn run_lifecycle_stress(
             duration_ms: None,
             reason: "lifecycle stress".into(),
             reservation_off: None,
+            composites: Vec::new(),
         };
         recorder.record(&Record::new(now_ms(), decision))?;
         ack(1)?;

@@ -27,6 +27,7 @@ pub(super) fn run(
     traced: Vec<GangShape>,
     view: &GangView,
     groups: &[(&NodeGroupSpec, Option<NodeShape>, u32)],
+    composites: &[crate::planner::CompositePreview],
     output: PlanOutput,
 ) -> anyhow::Result<()> {
     let (pending, skipped) = shapes_of(&view.gangs);
@@ -36,6 +37,7 @@ pub(super) fn run(
         PlanOutput::Json => {
             let out = serde_json::json!({
                 "capacity": result,
+                "composites": composites,
                 "skipped": skipped,
                 "problems": view.problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "ungroupedPending": view.ungrouped_pending.len(),
@@ -45,7 +47,10 @@ pub(super) fn run(
                 serde_json::to_string_pretty(&out).context("encoding JSON")?
             );
         }
-        PlanOutput::Table => print_table(&result, &skipped, view),
+        PlanOutput::Table => {
+            print_table(&result, &skipped, view);
+            super::plan::print_composites(composites);
+        }
     }
     Ok(())
 }

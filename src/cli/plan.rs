@@ -74,14 +74,16 @@ pub(super) async fn run_plan(
             )
         })
         .collect();
+    let composites = composite_previews(&view, &groups);
     if simulate.is_some() {
-        return capacity::run(traced, &view, &groups, output);
+        return capacity::run(traced, &view, &groups, &composites, output);
     }
     let plan = crate::planner::plan(&view.gangs, &groups);
     match output {
         PlanOutput::Json => {
             let out = serde_json::json!({
                 "plan": plan,
+                "composites": composites,
                 "problems": view.problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "ungroupedPending": view.ungrouped_pending.len(),
             });
@@ -90,9 +92,74 @@ pub(super) async fn run_plan(
                 serde_json::to_string_pretty(&out).context("encoding JSON")?
             );
         }
-        PlanOutput::Table => print_plan_table(&plan, &view),
+        PlanOutput::Table => {
+            print_plan_table(&plan, &view);
+            print_composites(&composites);
+        }
     }
     Ok(())
+}
+
+/// Every composite of `view` that has not formed, previewed against `groups` (each with its
+/// shape and target).
+pub(super) fn composite_previews(
+    view: &crate::cluster::GangView,
+    groups: &[(
+        &crate::model::NodeGroupSpec,
+        Option<crate::planner::NodeShape>,
+        u32,
+    )],
+) -> Vec<crate::planner::CompositePreview> {
+    let slots: Vec<crate::planner::GroupSlot<'_>> = groups
+        .iter()
+        .map(|(g, shape, target)| crate::planner::GroupSlot {
+            id: &g.id,
+            shape: shape.as_ref(),
+            target: *target,
+            max_size: g.max_size,
+        })
+        .collect();
+    crate::planner::preview(
+        &view.composites,
+        &view.gangs,
+        &slots,
+        &std::collections::BTreeMap::new(),
+    )
+}
+
+/// The composites section of the table output: each composite that has not formed, and the
+/// cross-group placement it would get, or why none.
+pub(super) fn print_composites(composites: &[crate::planner::CompositePreview]) {
+    for c in composites {
+        let children: Vec<String> = c.children.iter().map(|g| g.name.clone()).collect();
+        println!(
+            "composite {} ({}) priority {} minGroupCount {} children [{}]",
+            c.composite,
+            c.composite.api_version,
+            c.priority,
+            c.min_group_count,
+            children.join(", ")
+        );
+        match (&c.admission, &c.reason) {
+            (Some(a), _) => {
+                if let Some((k, v)) = &a.domain {
+                    println!("  all children in {k}={v}");
+                }
+                for (group, placed) in &a.shares {
+                    for child in placed {
+                        println!(
+                            "  {:<24} {:>4} nodes  {} (whole)",
+                            group.to_string(),
+                            child.nodes,
+                            child.gang.name
+                        );
+                    }
+                }
+            }
+            (None, Some(reason)) => println!("  cannot be placed whole: {reason}"),
+            (None, None) => {}
+        }
+    }
 }
 
 pub(super) fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluster::GangView) {
@@ -101,8 +168,14 @@ pub(super) fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluste
         println!("no pending gangs");
     }
     for g in &plan.gangs {
+        let parent = view
+            .gang(&g.gang)
+            .and_then(|gang| view.composite_of(gang))
+            .map_or_else(String::new, |c| {
+                format!(" [child of composite {}, admitted with it]", c.id)
+            });
         println!(
-            "{} ({}) priority {} minCount {} bound {} unbound {} -> best: {}",
+            "{} ({}){parent} priority {} minCount {} bound {} unbound {} -> best: {}",
             g.gang,
             g.gang.api_version,
             g.priority,

@@ -17,8 +17,9 @@
 //! | created | `metadata.creationTimestamp` | same | same |
 //!
 //! Without a group priority the gang takes its pods' highest `spec.priority`, else 0.
-//! `CompositePodGroup` (v1alpha3) defines no group; a gang policy on it is reported as not
-//! modelled.
+//! `CompositePodGroup` (1.37 v1alpha3, 1.38 v1beta1) defines no group pods can name: a gang
+//! policy on it ([`Reading::Composite`]) makes the PodGroups naming it in
+//! `spec.parentCompositePodGroupName` one [`Composite`](crate::model::Composite).
 
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -114,6 +115,30 @@ pub struct GroupDef {
     pub scheduled: Option<ScheduledCondition>,
     /// `metadata.creationTimestamp`, unix seconds.
     pub created_unix: Option<i64>,
+    /// `spec.parentCompositePodGroupName` (1.37+), when set.
+    pub parent: Option<String>,
+}
+
+/// A `CompositePodGroup` with a gang policy (1.37 `v1alpha3`, 1.38 `v1beta1`): PodGroups
+/// naming it as their parent are admitted together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompositeDef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.schedulingPolicy.gang.minGroupCount`, positive.
+    pub min_group_count: u32,
+    /// `spec.schedulingConstraints.topology[0].key`.
+    pub topology_key: Option<String>,
+    /// `spec.priority`.
+    pub priority: Option<i32>,
+    /// `CompositePodGroupInitiallyScheduled`.
+    pub scheduled: Option<ScheduledCondition>,
+    /// `metadata.creationTimestamp`, unix seconds.
+    pub created_unix: Option<i64>,
+    /// `spec.parentCompositePodGroupName`: nested in another composite.
+    pub parent: Option<String>,
 }
 
 /// What an adapter read from one object.
@@ -130,6 +155,9 @@ pub enum Reading {
     },
     /// A problem with the object that names no group.
     Problem(Issue),
+    /// A composite of groups with a gang policy; the join of pods to groups ignores it, the
+    /// composite pass (`src/cluster/composites.rs`) reads it.
+    Composite(CompositeDef),
 }
 
 /// `metadata` fields adapters use.

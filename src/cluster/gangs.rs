@@ -9,7 +9,7 @@ use super::demand::resolve;
 use super::objects::ObjectSet;
 use super::pod::{CompactPod, PodLink};
 use super::problem::{Issue, ObjectRef, Problem};
-use crate::model::{Gang, GangRef, Member, PodDemand};
+use crate::model::{Composite, Gang, GangRef, Member, PodDemand};
 
 /// How long a True scheduled condition is trusted while fewer than `minCount` members are
 /// bound (binding, volume provisioning and attach take time after the scheduler admits a
@@ -32,6 +32,31 @@ pub struct GangView {
     pub ungrouped_pending: Vec<(String, PodDemand)>,
     /// Problems, sorted. Pods held out of both lists are named in the problem that holds them.
     pub problems: Vec<Problem>,
+    /// CompositePodGroups with a gang policy, sorted by [`GangRef`], with their child gangs
+    /// (read by the composite pass, `src/cluster/composites.rs`).
+    pub composites: Vec<Composite>,
+}
+
+impl GangView {
+    /// The composite `gang` is a child of, when it names one that has a gang policy.
+    pub fn composite_of(&self, gang: &Gang) -> Option<&Composite> {
+        let name = gang.composite.as_deref()?;
+        self.composites
+            .binary_search_by(|c| {
+                (c.id.namespace.as_str(), c.id.name.as_str())
+                    .cmp(&(gang.id.namespace.as_str(), name))
+            })
+            .ok()
+            .map(|i| &self.composites[i])
+    }
+
+    /// The gang `id`, when the view has it.
+    pub fn gang(&self, id: &GangRef) -> Option<&Arc<Gang>> {
+        self.gangs
+            .binary_search_by(|g| g.id.cmp(id))
+            .ok()
+            .map(|i| &self.gangs[i])
+    }
 }
 
 /// Builds the gang view of `objects` at `now_unix` (used to age scheduled conditions, see
@@ -45,7 +70,9 @@ pub fn gangs(objects: &ObjectSet, now_unix: i64) -> GangView {
     let mut join = Join::default();
     join.read_groups(objects);
     join.join_pods(objects);
-    join.finish(now_unix)
+    let mut view = join.finish(now_unix);
+    super::composites::attach(&mut view, objects, now_unix);
+    view
 }
 
 /// Member pods of one gang instance, with their demand.
@@ -120,6 +147,8 @@ impl<'a> Join<'a> {
                     Reading::Problem(issue) => {
                         self.problem(source.clone(), issue);
                     }
+                    // Read by the composite pass.
+                    Reading::Composite(_) => {}
                 }
             }
         }
@@ -260,6 +289,7 @@ impl<'a> Join<'a> {
             gangs,
             ungrouped_pending: self.ungrouped,
             problems: self.problems,
+            composites: Vec::new(),
         }
     }
 }
@@ -345,6 +375,7 @@ pub(super) fn build_gang(
         created_unix,
         topology_key: def.topology_key.clone(),
         scheduled,
+        composite: def.parent.clone(),
     }
 }
 

@@ -515,11 +515,14 @@ impl GangIndex {
             }
         };
         self.trim_interner();
-        GangView {
+        let mut view = GangView {
             gangs,
             ungrouped_pending: extras.ungrouped,
             problems: extras.problems,
-        }
+            composites: Vec::new(),
+        };
+        super::composites::attach(&mut view, &self.objects, now_unix);
+        view
     }
 
     /// Forgets what the last view built for the group `key`.

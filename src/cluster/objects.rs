@@ -363,6 +363,18 @@ impl ObjectSet {
         self.gang_objects.values()
     }
 
+    /// The gang objects of `kind`, of any version, in key order.
+    pub fn gang_objects_of_kind<'a>(
+        &'a self,
+        kind: &'a str,
+    ) -> impl Iterator<Item = &'a GangObject> + 'a {
+        let from = (kind.to_owned(), String::new(), String::new(), String::new());
+        self.gang_objects
+            .range(from..)
+            .take_while(move |(k, _)| k.0 == kind)
+            .map(|(_, o)| o)
+    }
+
     /// The PVC `namespace/name`.
     pub fn pvc(&self, namespace: &str, name: &str) -> Option<&PersistentVolumeClaim> {
         self.pvcs.get(&(namespace.to_owned(), name.to_owned()))

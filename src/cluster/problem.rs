@@ -79,11 +79,17 @@ pub enum Issue {
         /// Dotted field path.
         path: String,
     },
-    /// A `CompositePodGroup` with a gang policy: the all-or-nothing rule across its child
-    /// groups is not modelled; each child PodGroup is still its own gang.
-    CompositeGangIgnored {
-        /// `spec.schedulingPolicy.gang.minGroupCount`.
-        min_group_count: i64,
+    /// A PodGroup names a parent `CompositePodGroup` that does not exist (or is not a gang):
+    /// it is admitted as a gang on its own.
+    ParentCompositeMissing {
+        /// `spec.parentCompositePodGroupName`.
+        composite: String,
+    },
+    /// A `CompositePodGroup` nested in another: each composite that has PodGroup children is
+    /// admitted as one unit, but the outer rule over child composites is not modelled.
+    CompositeNested {
+        /// `spec.parentCompositePodGroupName`.
+        parent: String,
     },
     /// A resource quantity does not parse; it counts as zero.
     InvalidQuantity {
@@ -161,7 +167,8 @@ impl Issue {
             Self::Malformed { .. } => "malformed",
             Self::InvalidMinCount { .. } => "invalid_min_count",
             Self::InvalidPolicy { .. } => "invalid_policy",
-            Self::CompositeGangIgnored { .. } => "composite_gang_ignored",
+            Self::ParentCompositeMissing { .. } => "parent_composite_missing",
+            Self::CompositeNested { .. } => "composite_nested",
             Self::InvalidQuantity { .. } => "invalid_quantity",
             Self::InvalidOperator { .. } => "invalid_operator",
             Self::UnresolvedClaim { .. } => "unresolved_claim",
@@ -187,9 +194,15 @@ impl fmt::Display for Issue {
             Self::InvalidPolicy { path } => {
                 write!(f, "{path} must set exactly one of basic and gang")
             }
-            Self::CompositeGangIgnored { min_group_count } => write!(
+            Self::ParentCompositeMissing { composite } => write!(
                 f,
-                "gang of {min_group_count} child groups is not modelled; each child PodGroup is a gang on its own"
+                "spec.parentCompositePodGroupName: CompositePodGroup {composite:?} with a gang \
+                 policy not found; the PodGroup is admitted as a gang on its own"
+            ),
+            Self::CompositeNested { parent } => write!(
+                f,
+                "spec.parentCompositePodGroupName: nested in CompositePodGroup {parent:?}; this \
+                 composite is admitted as one unit, the rule of its parent over it is not modelled"
             ),
             Self::InvalidQuantity { path, value } => {
                 write!(f, "{path}: invalid quantity {value:?}, counted as zero")

@@ -346,7 +346,7 @@ fn the_v1alpha2_condition_name_means_nothing_in_v1alpha3() {
 }
 
 #[test]
-fn composite_pod_groups_never_break_parsing_and_their_leaves_stay_gangs() {
+fn a_gang_composite_holds_its_child_pod_groups_and_a_broken_one_is_reported() {
     let view = view(V1ALPHA3);
     assert_eq!(
         member_names(gang(&view, "ml", "serve-0-leader")),
@@ -354,16 +354,96 @@ fn composite_pod_groups_never_break_parsing_and_their_leaves_stay_gangs() {
     );
     assert_eq!(gang(&view, "ml", "serve-0-workers").min_count, 2);
     assert_eq!(
-        only_problem(&view, "CompositePodGroup", "serve-0").issue,
-        Issue::CompositeGangIgnored { min_group_count: 2 }
+        gang(&view, "ml", "serve-0-workers").composite.as_deref(),
+        Some("serve-0")
     );
+    // The basic composite is no unit; the gang one is, with both children.
+    assert_eq!(view.composites.len(), 1, "{:?}", view.composites);
+    let c = &view.composites[0];
+    assert_eq!(c.id.name, "serve-0");
+    assert_eq!(c.id.kind, "CompositePodGroup");
+    assert_eq!(c.id.api_version, "scheduling.k8s.io/v1alpha3");
+    assert_eq!(c.min_group_count, 2);
+    assert_eq!(
+        c.topology_key.as_deref(),
+        Some("topology.kubernetes.io/zone")
+    );
+    assert!(!c.scheduled);
+    let children: Vec<&str> = c.children.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(children, ["serve-0-leader", "serve-0-workers"]);
+    assert!(
+        view.composite_of(gang(&view, "ml", "serve-0-leader"))
+            .is_some()
+    );
+    assert!(problems_about(&view, "CompositePodGroup", "serve-0").is_empty());
     assert!(problems_about(&view, "CompositePodGroup", "serve-basic").is_empty());
     let broken = &only_problem(&view, "CompositePodGroup", "serve-broken").issue;
     assert!(
         matches!(broken, Issue::Malformed { path, .. } if path == "spec.schedulingPolicy.gang.minGroupCount"),
         "{broken:?}"
     );
-    assert_eq!(view.problems.len(), 2, "{:?}", view.problems);
+    assert_eq!(view.problems.len(), 1, "{:?}", view.problems);
+}
+
+const V1BETA1_COMPOSITE: &str = r#"
+apiVersion: scheduling.k8s.io/v1beta1
+kind: CompositePodGroup
+metadata: {name: job, namespace: ml, creationTimestamp: "2026-08-01T00:00:00Z"}
+spec:
+  parentCompositePodGroupName: outer
+  schedulingPolicy: {gang: {minGroupCount: 2}}
+  priority: 700
+status:
+  conditions:
+  - {type: CompositePodGroupInitiallyScheduled, status: "True", lastTransitionTime: "2026-08-01T00:00:05Z"}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: CompositePodGroup
+metadata: {name: outer, namespace: ml}
+spec:
+  schedulingPolicy: {gang: {minGroupCount: 1}}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {name: job-a, namespace: ml, creationTimestamp: "2026-08-01T00:00:00Z"}
+spec:
+  parentCompositePodGroupName: job
+  schedulingPolicy: {gang: {minCount: 1}}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {name: lost, namespace: ml, creationTimestamp: "2026-08-01T00:00:00Z"}
+spec:
+  parentCompositePodGroupName: nowhere
+  schedulingPolicy: {gang: {minCount: 1}}
+"#;
+
+#[test]
+fn v1beta1_composites_of_1_38_take_priority_nesting_and_a_missing_parent_is_reported() {
+    let view = view(V1BETA1_COMPOSITE);
+    let job = view
+        .composites
+        .iter()
+        .find(|c| c.id.name == "job")
+        .expect("composite job");
+    assert_eq!(job.priority, 700);
+    assert_eq!(job.id.api_version, "scheduling.k8s.io/v1beta1");
+    // Scheduled True, but only one of two children exists and none formed: trusted only while
+    // fresh, and the view is read long after.
+    assert!(!job.scheduled);
+    assert_eq!(job.children.len(), 1);
+    let outer = view.composites.iter().find(|c| c.id.name == "outer");
+    assert!(outer.is_some_and(|c| c.children.is_empty()));
+    assert!(matches!(
+        &only_problem(&view, "CompositePodGroup", "job").issue,
+        Issue::CompositeNested { parent } if parent == "outer"
+    ));
+    assert!(matches!(
+        &only_problem(&view, "PodGroup", "lost").issue,
+        Issue::ParentCompositeMissing { composite } if composite == "nowhere"
+    ));
+    // A child whose parent is missing stays a gang on its own.
+    assert!(view.composite_of(gang(&view, "ml", "lost")).is_none());
 }
 
 #[test]

@@ -122,6 +122,7 @@ mod tests {
             priority: 0,
             created_unix: NOW - age,
             topology_key: None,
+            composite: None,
             scheduled: false,
         }
     }

@@ -96,6 +96,7 @@ fn read_workload(object: &GangObject) -> Vec<Reading> {
                 priority: None,
                 scheduled: None,
                 created_unix,
+                parent: None,
             }),
             (Some(key), Err(issue)) => Reading::Broken { key, issue },
             (None, Err(issue)) => Reading::Problem(issue),

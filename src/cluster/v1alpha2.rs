@@ -3,8 +3,9 @@
 //! Field names follow `k8s.io/api@v0.36.2/scheduling/v1alpha2/types.go`.
 //!
 //! The PodGroup reader here is shared with v1alpha3 and v1beta1, whose PodGroups differ only
-//! in fields we do not read (`workloadRef` for `podGroupTemplateRef`,
-//! `parentCompositePodGroupName`) and in the name of the scheduled condition.
+//! in fields we do not read (`workloadRef` for `podGroupTemplateRef`), in
+//! `parentCompositePodGroupName` (absent in v1alpha2) and in the name of the scheduled
+//! condition.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -46,12 +47,13 @@ struct Spec {
     scheduling_policy: Option<PolicySpec>,
     scheduling_constraints: Option<Constraints>,
     priority: Option<i32>,
+    parent_composite_pod_group_name: Option<String>,
 }
 
 /// `schedulingConstraints`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Constraints {
+pub(crate) struct Constraints {
     #[serde(default)]
     topology: Vec<TopologyConstraint>,
 }
@@ -59,16 +61,27 @@ struct Constraints {
 /// `schedulingConstraints.topology[]`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TopologyConstraint {
+pub(crate) struct TopologyConstraint {
     key: Option<String>,
 }
 
-/// `PodGroup.status` fields we read.
+impl Constraints {
+    /// The first topology constraint's key, when set and not empty.
+    pub(crate) fn topology_key(self) -> Option<String> {
+        self.topology
+            .into_iter()
+            .next()
+            .and_then(|t| t.key)
+            .filter(|k| !k.is_empty())
+    }
+}
+
+/// `PodGroup.status` fields we read (also `CompositePodGroup.status`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Status {
+pub(crate) struct Status {
     #[serde(default)]
-    conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
 }
 
 /// Reads a PodGroup whose scheduled condition is `condition_type`.
@@ -120,11 +133,7 @@ pub(crate) fn read_pod_group(object: &GangObject, condition_type: &str) -> Vec<R
     let topology_key = spec
         .scheduling_constraints
         .unwrap_or_default()
-        .topology
-        .into_iter()
-        .next()
-        .and_then(|t| t.key)
-        .filter(|k| !k.is_empty());
+        .topology_key();
     readings.push(Reading::Group(GroupDef {
         key,
         policy,
@@ -132,6 +141,9 @@ pub(crate) fn read_pod_group(object: &GangObject, condition_type: &str) -> Vec<R
         priority: spec.priority,
         scheduled: condition(&status.conditions, condition_type),
         created_unix,
+        parent: spec
+            .parent_composite_pod_group_name
+            .filter(|p| !p.is_empty()),
     }));
     readings
 }

@@ -7,8 +7,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::cluster::{self, ClusterView, GangView, ObjectSet, Stale};
 use crate::model::reservation::DaemonSetDemand;
-use crate::model::{GangRef, NodeGroupId, NodeGroupSpec};
-use crate::planner::{self, AdmissionInput, Decision, NodeShape, Policy};
+use crate::model::{Gang, GangRef, NodeGroupId, NodeGroupSpec};
+use crate::planner::{
+    self, AdmissionInput, CompositeInput, CompositePlan, Decision, GroupSlot, NodeShape, Policy,
+};
 
 /// How long nodes requested for a gang count as in flight before they are forgotten (CA's
 /// default max-node-provision-time).
@@ -125,7 +127,21 @@ impl Admission {
         )
     }
 
-    /// Decides an increase of `group` (at `target`) by CA's `ca_delta`.
+    /// Whether the gang view holds a composite that has not formed: then a decision may place
+    /// children on other groups, and needs their target sizes ([`Admission::decide`]'s
+    /// `others`).
+    ///
+    /// # Errors
+    /// [`Unavailable`], as [`Admission::decide`].
+    pub fn composites_pending(&self, now_unix: i64) -> Result<bool, Unavailable> {
+        let view = self.source.view(now_unix)?;
+        Ok(view.composites.iter().any(|c| !c.is_formed(&view.gangs)))
+    }
+
+    /// Decides an increase of `group` (at `target`) by CA's `ca_delta`, with the other groups
+    /// composites may take a share of (`others`, each with its target size, in configuration
+    /// order; empty when no composite is pending). Gives the decision for `group` and one per
+    /// other group that adds nodes for a composite admitted here.
     ///
     /// # Errors
     /// [`Unavailable`] while the gang source has not synced or may be behind the cluster: a
@@ -137,11 +153,59 @@ impl Admission {
         gpu_label: &str,
         target: u32,
         ca_delta: u32,
+        others: &[(&NodeGroupSpec, u32)],
         now_unix: i64,
-    ) -> Result<Decision, Unavailable> {
+    ) -> Result<(Decision, Vec<Decision>), Unavailable> {
         let view = self.source.view(now_unix)?;
         let shape = NodeShape::from_group(group, gpu_label);
         let (in_flight, elsewhere) = self.in_flight_for(&view, &group.id, now_unix);
+        // Composites first: their children never go through the per-group admission.
+        let mut shapes: Vec<(&NodeGroupSpec, Option<NodeShape>, u32)> =
+            std::iter::once((group, shape.clone(), target))
+                .chain(
+                    others
+                        .iter()
+                        .filter(|(g, _)| g.id != group.id)
+                        .map(|(g, t)| (*g, NodeShape::from_group(g, gpu_label), *t)),
+                )
+                .collect();
+        // Configuration order (groups are kept sorted by id).
+        shapes.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        let slots: Vec<GroupSlot<'_>> = shapes
+            .iter()
+            .map(|(g, shape, target)| GroupSlot {
+                id: &g.id,
+                shape: shape.as_ref(),
+                target: *target,
+                max_size: g.max_size,
+            })
+            .collect();
+        let ledger = self.ledger();
+        let plan = if self.policy == Policy::Off || view.composites.is_empty() {
+            CompositePlan::default()
+        } else {
+            planner::place_composites(&CompositeInput {
+                asked: &group.id,
+                groups: &slots,
+                composites: &view.composites,
+                gangs: &view.gangs,
+                in_flight: &ledger,
+            })
+        };
+        let here = plan.nodes_on(&group.id);
+        let singles: Vec<Arc<Gang>>;
+        let gangs: &[Arc<Gang>] = if self.policy == Policy::Off || view.composites.is_empty() {
+            &view.gangs
+        } else {
+            singles = view
+                .gangs
+                .iter()
+                .filter(|g| view.composite_of(g).is_none())
+                .cloned()
+                .collect();
+            &singles
+        };
+        let deferred_composites = plan.deferred_gangs();
         let ungrouped_nodes = shape.as_ref().map_or(0, |shape| {
             let hostable: Vec<_> = view
                 .ungrouped_pending
@@ -151,18 +215,30 @@ impl Admission {
                 .collect();
             planner::nodes_for_pods(&hostable, shape).unwrap_or(0)
         });
-        Ok(planner::admit(&AdmissionInput {
+        let base = planner::admit(&AdmissionInput {
             group: &group.id,
             shape: shape.as_ref(),
             max_size: group.max_size,
-            target,
-            ca_delta,
+            target: target.saturating_add(here),
+            ca_delta: ca_delta.saturating_sub(here),
             policy: self.policy,
-            gangs: &view.gangs,
+            gangs,
             in_flight: &in_flight,
             elsewhere: &elsewhere,
             ungrouped_nodes,
-        }))
+            deferred_composites: &deferred_composites,
+        });
+        Ok(planner::combine(base, &plan, &slots, ca_delta))
+    }
+
+    /// The in-flight ledger as composite admission reads it.
+    fn ledger(&self) -> BTreeMap<GangRef, (NodeGroupId, u32)> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(g, f)| (g.clone(), (f.group.clone(), f.nodes)))
+            .collect()
     }
 
     /// Remembers nodes requested before a restart: `(gang, group, nodes, requested at unix
@@ -309,8 +385,9 @@ status: {{phase: Pending}}
         let (fresh, group) = admission();
         let now = 1_800_000_000;
         let d = fresh
-            .decide(&group, "nvidia.com/gpu.product", 0, 1, now)
-            .unwrap();
+            .decide(&group, "nvidia.com/gpu.product", 0, 1, &[], now)
+            .unwrap()
+            .0;
         assert_eq!(
             d.applied_delta, 2,
             "a fresh process admits the whole gang: {d:?}"
@@ -320,8 +397,9 @@ status: {{phase: Pending}}
         let (restarted, group) = admission();
         restarted.resume([(gang_ref(), group.id.clone(), 2, now - 10)]);
         let d = restarted
-            .decide(&group, "nvidia.com/gpu.product", 2, 1, now)
-            .unwrap();
+            .decide(&group, "nvidia.com/gpu.product", 2, 1, &[], now)
+            .unwrap()
+            .0;
         assert_eq!(d.covered.len(), 1, "{d:?}");
         assert!(d.admitted.is_empty(), "{d:?}");
         assert_ne!(d.rule, Rule::GangsAdmitted, "{d:?}");
@@ -334,22 +412,25 @@ status: {{phase: Pending}}
         b.id = NodeGroupId::new("h100-b");
         let now = 1_800_000_000;
         let d = admission
-            .decide(&a, "nvidia.com/gpu.product", 0, 1, now)
-            .unwrap();
+            .decide(&a, "nvidia.com/gpu.product", 0, 1, &[], now)
+            .unwrap()
+            .0;
         assert_eq!(d.applied_delta, 2, "{d:?}");
         admission.record(&d, now);
         // CA asks the second group for the same pods a few seconds later.
         let d = admission
-            .decide(&b, "nvidia.com/gpu.product", 0, 1, now + 6)
-            .unwrap();
+            .decide(&b, "nvidia.com/gpu.product", 0, 1, &[], now + 6)
+            .unwrap()
+            .0;
         assert!(d.admitted.is_empty(), "admitted twice: {d:?}");
         assert_eq!(d.covered.len(), 1, "{d:?}");
         assert_eq!(d.covered[0].elsewhere.as_ref(), Some(&a.id), "{d:?}");
         // The first group's instances fail: the gang may go to the second.
         admission.release(a.id.as_str());
         let d = admission
-            .decide(&b, "nvidia.com/gpu.product", 0, 1, now + 12)
-            .unwrap();
+            .decide(&b, "nvidia.com/gpu.product", 0, 1, &[], now + 12)
+            .unwrap()
+            .0;
         assert_eq!(d.applied_delta, 2, "{d:?}");
         assert!(d.covered.is_empty(), "{d:?}");
     }

@@ -4,7 +4,6 @@
 use tracing::{error, info};
 
 use super::{Engine, Result};
-use crate::clock;
 use crate::model::NodeGroupSpec;
 use crate::provision::{self};
 
@@ -44,28 +43,6 @@ impl Engine {
                 error!(node_group.id = %decision.group, error = %why, "writing the audit log failed");
                 self.metrics.audit_append(false);
                 Err(why)
-            }
-        }
-    }
-
-    /// Ends the lifecycles of recorded scale-up `id` with `provisionFailed`: the backend
-    /// failed the increase its decision record announced. If even that record cannot be
-    /// written, the lifecycles stay open and end by their registration timeout.
-    pub(super) fn provision_failed(&self, group: &NodeGroupSpec, id: &str, e: &provision::Error) {
-        let Some(recorder) = self.audit.get() else {
-            return;
-        };
-        let reason = format!("the backend failed the increase: {e}");
-        match recorder.provision_failed(id, clock::now_ms(), &reason) {
-            Ok(appended) => {
-                self.metrics.audit_append(true);
-                for a in &appended {
-                    crate::scaleup::count(&self.metrics, a);
-                }
-            }
-            Err(w) => {
-                error!(node_group.id = %group.id, scale_up.id = %id, error = %w.chain(), "recording the failed increase failed; its lifecycle ends by its registration timeout");
-                self.metrics.audit_append(false);
             }
         }
     }

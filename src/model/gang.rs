@@ -231,9 +231,19 @@ pub struct Gang {
     pub topology_key: Option<String>,
     /// The scheduler reports the gang scheduled.
     pub scheduled: bool,
+    /// The CompositePodGroup this gang is a child of (`spec.parentCompositePodGroupName`, in
+    /// the gang's namespace), when it names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub composite: Option<String>,
 }
 
 impl Gang {
+    /// Whether the gang has formed: the scheduler reports it scheduled, or at least
+    /// `min_count` members are bound.
+    pub fn is_formed(&self) -> bool {
+        self.scheduled || self.bound_count() >= self.min_count
+    }
+
     /// Members not bound to a node yet.
     pub fn unbound(&self) -> impl Iterator<Item = &Member> {
         self.members.iter().filter(|m| m.node.is_none())
@@ -261,6 +271,51 @@ impl Gang {
 
     /// Whether more members must be placed for the gang to reach `min_count`.
     pub fn is_pending(&self) -> bool {
-        !self.scheduled && self.bound_count() < self.min_count
+        !self.is_formed()
+    }
+}
+
+/// A CompositePodGroup with a gang policy: a group of child gangs (PodGroups naming it as
+/// their parent) that is useless until at least `min_group_count` children have each formed.
+/// Admission places it all or nothing, across node groups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Composite {
+    /// Identity (kind `CompositePodGroup`).
+    pub id: GangRef,
+    /// `spec.schedulingPolicy.gang.minGroupCount`: children that must each form.
+    pub min_group_count: u32,
+    /// The child gangs, sorted.
+    pub children: Vec<GangRef>,
+    /// Scheduling priority (`spec.priority`, else the highest of its children's).
+    pub priority: i32,
+    /// Creation time, unix seconds.
+    pub created_unix: i64,
+    /// Every child must be placed in one domain of this node label, when set
+    /// (`spec.schedulingConstraints.topology[0].key`).
+    pub topology_key: Option<String>,
+    /// The scheduler reports the composite scheduled (`CompositePodGroupInitiallyScheduled`).
+    pub scheduled: bool,
+}
+
+impl Composite {
+    /// How many of its children have formed, looked up in `gangs` (sorted by id).
+    pub fn formed_children(&self, gangs: &[Arc<Gang>]) -> u32 {
+        let formed = self
+            .children
+            .iter()
+            .filter(|c| {
+                gangs
+                    .binary_search_by(|g| g.id.cmp(c))
+                    .is_ok_and(|i| gangs[i].is_formed())
+            })
+            .count();
+        u32::try_from(formed).unwrap_or(u32::MAX)
+    }
+
+    /// Whether the composite has formed: reported scheduled, or `min_group_count` children
+    /// formed.
+    pub fn is_formed(&self, gangs: &[Arc<Gang>]) -> bool {
+        self.scheduled || self.formed_children(gangs) >= self.min_group_count
     }
 }

@@ -109,6 +109,10 @@ pub struct AdmissionInput<'a> {
     pub elsewhere: &'a BTreeMap<GangRef, NodeGroupId>,
     /// Nodes of this group the pending pods outside any gang would need.
     pub ungrouped_nodes: u32,
+    /// Composites deferred by [`place_composites`](super::place_composites) in this decision:
+    /// listed first among the deferred gangs, so that under `Strict` their children's pods
+    /// never get CA's delta through the "no gang needs nodes" row.
+    pub deferred_composites: &'a [DeferredGang],
 }
 
 /// Whether the increase goes ahead.
@@ -142,6 +146,11 @@ pub enum Rule {
     /// Every pending gang this group can host already has its nodes in flight (the group's
     /// target holds them), and no ungrouped pod needs one; `Strict` rejected.
     AllCovered,
+    /// A composite was admitted whole across groups: this group, which CA asked for, adds its
+    /// share (see [`combine`](super::combine)).
+    CompositeAdmitted,
+    /// This group adds its share of a composite admitted on another group's increase.
+    CompositeShare,
 }
 
 impl Rule {
@@ -156,6 +165,8 @@ impl Rule {
             Self::NoGangFitsRoundUp => "no_gang_fits_round_up",
             Self::NoGangFits => "no_gang_fits",
             Self::AllCovered => "all_covered",
+            Self::CompositeAdmitted => "composite_admitted",
+            Self::CompositeShare => "composite_share",
         }
     }
 }
@@ -243,7 +254,8 @@ pub struct Decision {
     pub headroom: u32,
     /// What CA asked for.
     pub ca_delta: u32,
-    /// Nodes to add: at most `headroom`, 0 when rejected.
+    /// Nodes to add: at most `headroom`, 0 when rejected (with composites, their children's
+    /// nodes on this group included).
     pub applied_delta: u32,
     /// The rule wanted more than the headroom and was cut to it.
     pub capped: bool,
@@ -267,6 +279,43 @@ pub struct Decision {
     /// from [`admit`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation_off: Option<String>,
+    /// Composites this decision admits, with every group's share (this group's and the
+    /// others'), see [`combine`](super::combine); empty from [`admit`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub composites: Vec<CompositeShares>,
+}
+
+/// A composite admitted in a decision, with the target and nodes of every group it takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeShares {
+    /// The composite.
+    pub composite: GangRef,
+    /// Its `minGroupCount`.
+    pub min_group_count: u32,
+    /// Children already formed.
+    pub formed: u32,
+    /// Children whose nodes were requested earlier.
+    pub in_flight: u32,
+    /// The topology domain (`key=value`) all children were placed in, when it has a key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// One entry per group, in configuration order.
+    pub shares: Vec<GroupShare>,
+}
+
+/// One group's part of a composite admission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupShare {
+    /// The group.
+    pub group: NodeGroupId,
+    /// Its target size before this decision.
+    pub target: u32,
+    /// Nodes added on it for the composite.
+    pub nodes: u32,
+    /// The children placed on it.
+    pub children: Vec<GangRef>,
 }
 
 impl Decision {
@@ -356,7 +405,8 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
 
     let mut left = headroom;
     let mut admitted = Vec::new();
-    let mut deferred = held;
+    let mut deferred = input.deferred_composites.to_vec();
+    deferred.extend(held);
     for c in &candidates {
         let need_all = c.nodes_all - c.in_flight;
         let need_min = c.nodes_min.saturating_sub(c.in_flight);
@@ -464,6 +514,7 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
         unhostable,
         reason: String::new(),
         reservation_off: None,
+        composites: Vec::new(),
     };
     decision.reason = explain(&decision, input.shape.is_none());
     decision
@@ -567,6 +618,8 @@ fn explain(d: &Decision, no_template: bool) -> String {
             )),
             d.target
         ),
+        // Written by `combine`, which builds these decisions.
+        Rule::CompositeAdmitted | Rule::CompositeShare => String::new(),
     };
     if d.capped {
         let _ = write!(s, "; capped at headroom {h}");

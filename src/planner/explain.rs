@@ -91,6 +91,21 @@ pub enum Reason {
         /// Nodes that could still be added.
         headroom: u32,
     },
+    /// A composite (CompositePodGroup) cannot have `min_group_count` of its children each
+    /// placed whole on the node groups' headroom, so none of them gets a node.
+    CompositeShort {
+        /// Children that must form.
+        min_group_count: u32,
+        /// Children already formed.
+        formed: u32,
+        /// Children whose nodes are already requested.
+        in_flight: u32,
+        /// Pending children that could be placed whole now.
+        placeable: u32,
+        /// Why the first child that could not be placed could not, e.g. `ml/workers: no node
+        /// group can host it whole within its headroom`.
+        detail: String,
+    },
 }
 
 impl Reason {
@@ -107,6 +122,7 @@ impl Reason {
             Self::CsiLimit { .. } => "csi_limit",
             Self::UnresolvedClaim { .. } => "unresolved_claim",
             Self::InsufficientHeadroom { .. } => "insufficient_headroom",
+            Self::CompositeShort { .. } => "composite_short",
         }
     }
 }
@@ -181,6 +197,17 @@ impl fmt::Display for Reason {
             } => write!(
                 f,
                 "gang needs {nodes_all} nodes ({nodes_min} for minCount) but {headroom} can be added"
+            ),
+            Self::CompositeShort {
+                min_group_count,
+                formed,
+                in_flight,
+                placeable,
+                detail,
+            } => write!(
+                f,
+                "composite needs {min_group_count} child groups whole but has {formed} formed, \
+                 {in_flight} with nodes requested and {placeable} placeable now ({detail})"
             ),
         }
     }

@@ -13,6 +13,7 @@ use super::NodeShape;
 
 mod admit;
 mod capacity;
+mod composite;
 mod fit;
 mod plan;
 mod props;
@@ -154,6 +155,7 @@ pub(super) fn gang(name: &str) -> GangBuilder {
         priority: 0,
         created_unix: 0,
         topology_key: None,
+        composite: None,
         scheduled: false,
     })
 }

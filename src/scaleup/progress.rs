@@ -40,7 +40,8 @@ pub struct GangProgress {
     /// When the gang came into being, unix seconds.
     pub created_unix: i64,
     /// The scheduler reports the gang scheduled (`PodGroupScheduled` /
-    /// `PodGroupInitiallyScheduled` True), or at least `min_count` members are bound.
+    /// `PodGroupInitiallyScheduled` True), or at least `min_count` members are bound; for a
+    /// child of a composite, and its composite has formed too.
     pub formed: bool,
     /// Members bound to a node.
     pub bound: u32,
@@ -84,12 +85,29 @@ pub fn progress(
     attachments: &[impl AsRef<VolumeAttachment>],
 ) -> BTreeMap<GangRef, GangProgress> {
     let disrupted = disrupted_members(objects);
-    progress_of(
+    let mut out = progress_of(
         objects,
         view.gangs.iter().map(AsRef::as_ref),
         |namespace, name| disrupted.get(&(namespace, name.to_owned())).cloned(),
         attachments,
-    )
+    );
+    hold_to_composites(view, &mut out);
+    out
+}
+
+/// A child of a composite has formed only when its composite has: until `minGroupCount`
+/// children have each formed, the scheduler holds them all, and a scale-up for one child
+/// succeeds (and stops protecting its nodes) only with the whole composite.
+fn hold_to_composites(view: &GangView, progress: &mut BTreeMap<GangRef, GangProgress>) {
+    if view.composites.is_empty() {
+        return;
+    }
+    for (id, p) in progress.iter_mut() {
+        let Some(gang) = view.gang(id) else { continue };
+        if let Some(composite) = view.composite_of(gang) {
+            p.formed = p.formed && composite.is_formed(&view.gangs);
+        }
+    }
 }
 
 /// As [`progress`], for the given `gangs` only, with their disrupted members from
@@ -288,6 +306,7 @@ pub fn open_gang_progress(
         }
     }
     cache.entries = kept;
+    hold_to_composites(&view, &mut out);
     (view, out)
 }
 

@@ -43,5 +43,6 @@ pub(crate) fn decision(id: Option<&str>, verdict: Verdict, gangs: &[&str]) -> De
         duration_ms: None,
         reason: "test".into(),
         reservation_off: None,
+        composites: Vec::new(),
     }
 }

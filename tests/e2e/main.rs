@@ -34,6 +34,7 @@ mod common;
 mod alone;
 mod alone_capi;
 mod ca_capi;
+mod ca_composite;
 mod ca_ha;
 mod ca_lifecycle;
 mod ca_scaleup;

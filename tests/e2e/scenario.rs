@@ -862,12 +862,12 @@ impl GangSpec {
         self
     }
 
-    fn min(&self) -> u32 {
+    pub fn min(&self) -> u32 {
         self.min_count.unwrap_or(self.members)
     }
 
     /// Member `i` as a Pod object.
-    fn member(&self, api: &str, i: u32) -> serde_json::Value {
+    pub fn member(&self, api: &str, i: u32) -> serde_json::Value {
         let link = if api.ends_with("/v1alpha1") {
             serde_json::json!({"workloadRef": {"name": self.name, "podGroup": "workers"}})
         } else {

@@ -87,6 +87,8 @@ pub(super) fn read(object: &GangObject) -> (Readings, Vec<(GroupKey, Known)>) {
                 problems.push(Problem::new(source.clone(), issue));
             }
             Reading::Problem(issue) => problems.push(Problem::new(source.clone(), issue)),
+            // Read by the composite pass.
+            Reading::Composite(_) => {}
         }
     }
     (readings(rank, problems, &candidates), candidates)

@@ -65,6 +65,7 @@ impl Case {
             in_flight: &self.in_flight,
             elsewhere: &BTreeMap::new(),
             ungrouped_nodes: self.ungrouped,
+            deferred_composites: &[],
         })
     }
 }
@@ -318,6 +319,7 @@ fn a_group_without_a_template_hosts_no_gang() {
         in_flight: &BTreeMap::new(),
         elsewhere: &BTreeMap::new(),
         ungrouped_nodes: 0,
+        deferred_composites: &[],
     });
     assert_eq!(
         (d.rule, d.applied_delta, d.unhostable),

@@ -374,6 +374,7 @@ proptest! {
             in_flight: &in_flight,
             elsewhere: &BTreeMap::new(),
             ungrouped_nodes: ungrouped,
+            deferred_composites: &[],
         };
         let d = admit(&input);
         let headroom = max.saturating_sub(target);
