@@ -389,6 +389,14 @@ impl Engine {
             .decide(g, &cfg.provider.gpu_label, target, delta, &others, now)
             .map_err(unavailable)?;
         decision.reservation_off = self.reservation_off(g, &cfg.provider.gpu_label);
+        self.metrics.composites(
+            decision.composites.len(),
+            decision
+                .deferred
+                .iter()
+                .filter(|d| d.gang.kind == "CompositePodGroup")
+                .count(),
+        );
         for c in &mut companions {
             let (cg, cb) = self.companion(&cfg, &c.group)?;
             self.read_backend_blocker(cg, cb.as_ref()).await?;

@@ -88,6 +88,14 @@ pub struct DecisionLabels {
     pub rule: &'static str,
 }
 
+/// Labels of the composite admission counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CompositeLabels {
+    /// `admitted` (every group's share applied in one call) or `deferred` (no node on any
+    /// group).
+    pub outcome: &'static str,
+}
+
 /// Labels of a per-node-group scale-up metric (node groups come from the configuration, a
 /// bounded set).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -131,6 +139,8 @@ pub struct Metrics {
     pub config_valid: Gauge,
     /// Gang admission decisions by verdict and rule.
     pub admission_decisions: Family<DecisionLabels, Counter>,
+    /// Composites (CompositePodGroups) considered in admission decisions, by outcome.
+    pub admission_composites: Family<CompositeLabels, Counter>,
     /// Audit records that could not be written.
     pub audit_write_failures: Counter,
     /// 1 while the audit log's last append reached the disk (or there is no audit log), 0 while
@@ -273,6 +283,7 @@ impl Metrics {
             config_reloads: Family::default(),
             config_valid: Gauge::default(),
             admission_decisions: Family::default(),
+            admission_composites: Family::default(),
             audit_write_failures: Counter::default(),
             audit_writable: Gauge::default(),
             formation_seconds: lifecycle_histogram(),
@@ -468,10 +479,16 @@ impl Metrics {
             "1 while the audit log accepts records, 0 while it cannot be written and every scale-up is refused",
             self.audit_writable.clone(),
         );
-        registry.sub_registry_with_prefix("admission").register(
+        let admission = registry.sub_registry_with_prefix("admission");
+        admission.register(
             "decisions",
             "gang admission decisions in NodeGroupIncreaseSize, by verdict and rule",
             self.admission_decisions.clone(),
+        );
+        admission.register(
+            "composites",
+            "composites (CompositePodGroups) considered in NodeGroupIncreaseSize: admitted whole across node groups, or deferred with no node on any group",
+            self.admission_composites.clone(),
         );
         registry.sub_registry_with_prefix("provision").register(
             "calls",
@@ -536,6 +553,17 @@ impl Metrics {
         self.admission_decisions
             .get_or_create(&DecisionLabels { verdict, rule })
             .inc();
+    }
+
+    /// Records the composites one admission decision admitted and deferred.
+    pub fn composites(&self, admitted: usize, deferred: usize) {
+        for (outcome, n) in [("admitted", admitted), ("deferred", deferred)] {
+            if n > 0 {
+                self.admission_composites
+                    .get_or_create(&CompositeLabels { outcome })
+                    .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+            }
+        }
     }
 
     /// Records the start of a unary RPC.

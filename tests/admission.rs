@@ -860,7 +860,7 @@ async fn composite_engine(
     h100_max: u32,
     objects: &str,
     path: &std::path::Path,
-) -> Engine {
+) -> (Engine, Arc<Metrics>) {
     use gangscaler::audit;
     use gangscaler::scaleup::{Recorder, Timeouts};
     let (recorder, _) = Recorder::open(path, audit::Config::new(), Timeouts::default()).unwrap();
@@ -871,11 +871,12 @@ async fn composite_engine(
         std::time::Duration::from_secs(60),
         std::time::Duration::from_secs(60),
     );
-    Engine::new(
+    let metrics = Arc::new(Metrics::new());
+    let e = Engine::new(
         testing::loaded(vec![cpu, h100(h100_max)]),
         None,
         provisioners,
-        Arc::new(Metrics::new()),
+        metrics.clone(),
     )
     .await
     .unwrap()
@@ -885,7 +886,8 @@ async fn composite_engine(
         Arc::new(StaticObjects(
             ObjectSet::from_yaml_documents(objects).unwrap(),
         )),
-    )
+    );
+    (e, metrics)
 }
 
 fn decisions(path: &std::path::Path) -> Vec<gangscaler::audit::DecisionEvent> {
@@ -905,7 +907,8 @@ fn decisions(path: &std::path::Path) -> Vec<gangscaler::audit::DecisionEvent> {
 async fn one_increase_scales_every_group_of_a_composite_and_records_both_targets() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
-    let e = composite_engine(Arc::new(Flaky::new(false)), 4, &composite_job(2), &path).await;
+    let (e, metrics) =
+        composite_engine(Arc::new(Flaky::new(false)), 4, &composite_job(2), &path).await;
     // CA asks for the GPU group, for the workers' pods.
     assert_eq!(e.increase_size("h100", 2).await.unwrap(), 2);
     assert_eq!(
@@ -928,6 +931,13 @@ async fn one_increase_scales_every_group_of_a_composite_and_records_both_targets
         .map(|s| (s.node_group.as_str(), s.target, s.nodes))
         .collect();
     assert_eq!(shares, [("cpu", 0, 1), ("h100", 0, 2)]);
+    assert!(
+        metrics
+            .encode()
+            .contains(r#"gangscaler_admission_composites_total{outcome="admitted"} 1"#),
+        "{}",
+        metrics.encode()
+    );
     // CA asking the CPU group for the launcher's pod again adds nothing.
     let err = e.increase_size("cpu", 1).await.unwrap_err();
     assert!(matches!(err, Error::Rejected { .. }), "{err}");
@@ -940,7 +950,8 @@ async fn a_composite_whose_workers_cannot_fit_gets_no_node_on_either_group() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
     // Three whole-node workers, two H100 nodes of room.
-    let e = composite_engine(Arc::new(Flaky::new(false)), 2, &composite_job(3), &path).await;
+    let (e, metrics) =
+        composite_engine(Arc::new(Flaky::new(false)), 2, &composite_job(3), &path).await;
     for group in ["cpu", "h100"] {
         let err = e.increase_size(group, 1).await.unwrap_err();
         assert!(matches!(err, Error::Rejected { .. }), "{group}: {err}");
@@ -948,6 +959,13 @@ async fn a_composite_whose_workers_cannot_fit_gets_no_node_on_either_group() {
     }
     assert_eq!(e.target_size("cpu").await.unwrap(), 0);
     assert_eq!(e.target_size("h100").await.unwrap(), 0);
+    assert!(
+        metrics
+            .encode()
+            .contains(r#"gangscaler_admission_composites_total{outcome="deferred"} 2"#),
+        "{}",
+        metrics.encode()
+    );
 }
 
 #[tokio::test]
@@ -958,7 +976,7 @@ async fn a_failed_share_takes_back_the_shares_added_and_ends_every_lifecycle() {
     let flaky = Arc::new(Flaky::new(false));
     // The CPU share goes first and succeeds; the asked GPU group then fails.
     *flaky.failing_group.lock().unwrap() = Some("h100".into());
-    let e = composite_engine(flaky.clone(), 4, &composite_job(2), &path).await;
+    let (e, _) = composite_engine(flaky.clone(), 4, &composite_job(2), &path).await;
     let err = e.increase_size("h100", 2).await.unwrap_err();
     assert_eq!(status::code(&err), tonic::Code::Unavailable, "{err}");
     assert_eq!(
