@@ -215,9 +215,11 @@ pub enum Command {
     /// version. The result goes to standard output, a line per finding to standard error;
     /// nothing is written when an object cannot be converted.
     Convert {
-        /// Target version: v1alpha1 (Kubernetes 1.35), v1alpha2 (1.36) or v1beta1 (1.37).
-        #[arg(long, value_parser = parse_gang_api)]
-        to: crate::migrate::api::GangApi,
+        /// Target: a Kubernetes minor (1.35, 1.36, 1.37, 1.38) or a gang API version:
+        /// v1alpha1 (1.35), v1alpha2 (1.36) or v1beta1 (1.37; write 1.38 for 1.38, whose
+        /// CompositePodGroups are v1beta1 too).
+        #[arg(long, value_parser = parse_target)]
+        to: crate::migrate::api::Target,
         /// Manifest file (multi-document YAML); `-` for standard input.
         #[arg(long, short = 'f', default_value = "-")]
         file: PathBuf,
@@ -325,9 +327,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn parse_gang_api(s: &str) -> Result<crate::migrate::api::GangApi, String> {
+fn parse_target(s: &str) -> Result<crate::migrate::api::Target, String> {
     s.parse()
-        .map_err(|e: crate::migrate::api::UnknownVersion| e.to_string())
+        .map_err(|e: crate::migrate::api::UnknownTarget| e.to_string())
 }
 
 async fn run_serve(dir: PathBuf) -> anyhow::Result<()> {

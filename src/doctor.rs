@@ -17,8 +17,8 @@ use serde::Serialize;
 pub use checks::report;
 pub use flags::{Flag, Version};
 pub use observed::{
-    Component, CsiDriverSeen, CsiNodeSeen, Found, GroupSeen, LinkProbe, NodeSeen, Observed,
-    ProviderSeen, Read, SchedulerConfig, ServedVersion,
+    COMPOSITE_CHILDREN_LISTED, Component, CompositeChildSeen, CsiDriverSeen, CsiNodeSeen, Found,
+    GroupSeen, LinkProbe, NodeSeen, Observed, ProviderSeen, Read, SchedulerConfig, ServedVersion,
 };
 
 /// The `schema` of the JSON report; a change that removes or renames a field bumps it.

@@ -1,6 +1,7 @@
-//! Migration between gang API versions (1.35 `v1alpha1`, 1.36 `v1alpha2`, 1.37 `v1beta1`):
-//! the shapes of each version ([`api`]), an order-keeping document tree ([`doc`]) and the
-//! manifest converter ([`convert`]) behind `gangscaler convert`. The compatibility webhook
+//! Migration between gang API versions (1.35 `v1alpha1`, 1.36 `v1alpha2`, 1.37 and 1.38
+//! `v1beta1`, CompositePodGroup at 1.37 `v1alpha3` and 1.38 `v1beta1`): the shapes of each
+//! version and the minors they belong to ([`api`]), an order-keeping document tree ([`doc`])
+//! and the manifest converter ([`convert`]) behind `gangscaler convert`. The compatibility webhook
 //! uses [`api`] to link pods the way the cluster's version expects. Pure; depends on
 //! [`crate::yaml`] only for reading.
 

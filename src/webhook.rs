@@ -1,5 +1,5 @@
 //! `gangscaler webhook`: a mutating admission webhook (HTTPS, `admission.k8s.io/v1`) that
-//! lets one job controller run unchanged on 1.35, 1.36 and 1.37. The controller marks its
+//! lets one job controller run unchanged on 1.35, 1.36, 1.37 and 1.38. The controller marks its
 //! pods with version-neutral annotations ([`ANNOTATION_WORKLOAD`],
 //! [`ANNOTATION_TEMPLATE`], optionally [`ANNOTATION_REPLICA_KEY`]); the webhook adds the
 //! link the served API expects (1.35 `spec.workloadRef`, 1.36+ `spec.schedulingGroup`) and,
@@ -11,8 +11,10 @@
 //! - **Side effects**: only the PodGroup, and none on a dry-run request (the PodGroup create
 //!   is sent as a dry run too): declare `sideEffects: NoneOnDryRun`.
 //! - **Refusals** name the annotation, the Workload or the template: a missing Workload is
-//!   404 (the controller retries the pod once it exists), an API failure 503. With
-//!   `failurePolicy: Fail` a pod is never admitted without its link.
+//!   404 (the controller retries the pod once it exists), an API failure 503, a template
+//!   inside a CompositePodGroup template (1.37+) 400 (its PodGroup needs a parent
+//!   CompositePodGroup, which the webhook does not create). With `failurePolicy: Fail` a pod
+//!   is never admitted without its link.
 //! - **TLS**: the gRPC server's `server::Tls`, with the files' rotation. With a client CA,
 //!   mutual TLS: the API server presents a client certificate from its admission
 //!   configuration (`WebhookAdmissionConfiguration` `kubeConfigFile`). Without one, server

@@ -41,14 +41,42 @@ fn convert(args: &[&str], stdin: Option<&str>) -> Run {
 
 const V135: &str = "tests/fixtures/convert/input/1.35-jobset.yaml";
 const V137: &str = "tests/fixtures/convert/input/1.37-beta.yaml";
+const COMPOSITE: &str = "tests/fixtures/convert/input/1.37-composite.yaml";
+
+#[test]
+fn a_minor_is_a_target_and_1_38_moves_composites_to_v1beta1() {
+    let run = convert(&["--to", "1.38", "--strict", "-f", COMPOSITE], None);
+    assert!(run.ok, "{}", run.stderr);
+    let golden =
+        std::fs::read_to_string("tests/fixtures/convert/golden/1.37-composite.to-1.38.yaml")
+            .unwrap();
+    assert_eq!(run.stdout, golden.split("# report\n").next().unwrap());
+    assert!(!run.stdout.contains("v1alpha3"), "{}", run.stdout);
+    assert!(
+        run.stderr.contains(&format!(
+            "{COMPOSITE}: document 2: CompositePodGroup serving/infer-replica-0: note: apiVersion scheduling.k8s.io/v1alpha3 becomes scheduling.k8s.io/v1beta1"
+        )),
+        "{}",
+        run.stderr
+    );
+    // Below 1.37 there is no CompositePodGroup: nothing is written, and the reason is named.
+    let run = convert(&["--to", "v1alpha2", "-f", COMPOSITE], None);
+    assert!(!run.ok);
+    assert_eq!(run.stdout, "");
+    assert!(
+        run.stderr.contains("PodGroup serving/infer-replica-0-leader: lossy: spec.parentCompositePodGroupName \"infer-replica-0\" dropped")
+            && run.stderr.contains("cannot be converted to 1.36 (v1alpha2)"),
+        "{}",
+        run.stderr
+    );
+}
 
 #[test]
 fn a_file_converts_to_the_golden_output_with_the_report_on_stderr() {
     let run = convert(&["--to", "v1alpha2", "-f", V135], None);
     assert!(run.ok, "{}", run.stderr);
     let golden =
-        std::fs::read_to_string("tests/fixtures/convert/golden/1.35-jobset.to-v1alpha2.yaml")
-            .unwrap();
+        std::fs::read_to_string("tests/fixtures/convert/golden/1.35-jobset.to-1.36.yaml").unwrap();
     let golden_docs = golden.split("# report\n").next().unwrap();
     assert_eq!(run.stdout, golden_docs);
     assert!(
@@ -82,14 +110,14 @@ fn standard_input_works_and_strict_refuses_a_lossy_conversion_writing_nothing() 
     assert!(!strict.ok);
     assert_eq!(strict.stdout, "");
     assert!(strict.stderr.contains("--strict"), "{}", strict.stderr);
-    assert!(strict.stderr.contains("would lose 3"), "{}", strict.stderr);
+    assert!(strict.stderr.contains("would lose 4"), "{}", strict.stderr);
 
     // Converting to its own version loses nothing, so --strict passes.
     let same = convert(&["--to", "v1beta1", "--strict", "-f", V137], None);
     assert!(same.ok, "{}", same.stderr);
     assert_eq!(
         same.stdout,
-        std::fs::read_to_string("tests/fixtures/convert/golden/1.37-beta.to-v1beta1.yaml")
+        std::fs::read_to_string("tests/fixtures/convert/golden/1.37-beta.to-1.37.yaml")
             .unwrap()
             .split("# report\n")
             .next()
@@ -111,7 +139,7 @@ fn an_object_that_cannot_be_converted_writes_nothing_and_names_the_reason() {
     );
     assert!(
         run.stderr
-            .contains("1 object(s) cannot be converted to v1alpha1; nothing written"),
+            .contains("1 object(s) cannot be converted to 1.35 (v1alpha1); nothing written"),
         "{}",
         run.stderr
     );
@@ -122,7 +150,9 @@ fn bad_arguments_and_inputs_are_refused_naming_them() {
     let run = convert(&["--to", "v2"], Some(""));
     assert!(!run.ok);
     assert!(
-        run.stderr.contains("\"v2\"") && run.stderr.contains("v1alpha1, v1alpha2 or v1beta1"),
+        run.stderr.contains("\"v2\"")
+            && run.stderr.contains("1.35, 1.36, 1.37, 1.38")
+            && run.stderr.contains("v1alpha1, v1alpha2 or v1beta1"),
         "{}",
         run.stderr
     );

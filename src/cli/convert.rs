@@ -1,12 +1,12 @@
-//! `gangscaler convert`: manifests from one gang API version to another, the report on
-//! standard error.
+//! `gangscaler convert`: manifests from one gang API version to another (or for another
+//! Kubernetes minor), the report on standard error.
 
 use std::io::{Read, Write};
 use std::path::Path;
 
 use anyhow::{Context, bail};
 
-use crate::migrate::api::GangApi;
+use crate::migrate::api::Target;
 use crate::migrate::convert::{Severity, convert};
 use crate::migrate::{parse, render};
 use crate::yaml;
@@ -20,7 +20,7 @@ use crate::yaml;
 /// # Errors
 /// An unreadable or malformed input, a conversion error, or (with `strict`) a lossy
 /// conversion.
-pub(super) fn run(file: &Path, to: GangApi, strict: bool) -> anyhow::Result<()> {
+pub(super) fn run(file: &Path, to: Target, strict: bool) -> anyhow::Result<()> {
     let (text, name) = if file == Path::new("-") {
         let mut text = String::new();
         std::io::stdin()

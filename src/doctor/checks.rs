@@ -1,7 +1,9 @@
 //! The report builder: [`report`] turns an [`Observed`] into rows, with no I/O. One function
-//! per check; the gang-API facts per Kubernetes minor are the table [`GANG_APIS`].
+//! per check; the gang-API facts per Kubernetes minor (1.35-1.38) are the table
+//! [`GANG_APIS`].
 
 mod autoscaler;
+mod composite;
 mod csi;
 mod lines;
 mod reservation;
@@ -21,10 +23,26 @@ use crate::migrate::api::GangApi as Shape;
 /// The gang resources doctor looks for in discovery.
 pub const GANG_RESOURCES: [&str; 3] = ["workloads", "podgroups", "compositepodgroups"];
 
+/// What CompositePodGroups need on a minor that has them (1.37+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompositeRequirements {
+    /// The version that serves `compositepodgroups` and that kube-scheduler reads them from:
+    /// `v1alpha3` on 1.37, `v1beta1` on 1.38 (which still serves `v1alpha3` when asked).
+    pub version: &'static str,
+    /// The gates they need beside the gang API's: kube-apiserver and kube-scheduler refuse to
+    /// start with `CompositePodGroup` on and `TopologyAwareWorkloadScheduling` or
+    /// `GenericWorkload` off.
+    pub gates: &'static [&'static str],
+    /// Whether the enable lines turn them on (1.38, beta) or only name them (1.37, alpha).
+    pub in_lines: bool,
+}
+
 /// What doctor checks of the gang-scheduling API of one Kubernetes minor, beside the
-/// version's [`Shape`] (its name, minor and pod link field, shared with `migrate`).
+/// version's [`Shape`] (its name and pod link field, shared with `migrate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GangApiRequirements {
+    /// The minor, e.g. 38 for 1.38 (1.37 and 1.38 share one [`Shape`]).
+    pub minor: u32,
     /// The version that carries the gang objects on this minor.
     pub shape: Shape,
     /// The resources that version must serve.
@@ -33,12 +51,24 @@ pub struct GangApiRequirements {
     pub link_path: &'static str,
     /// The feature gates gang admission needs on every control-plane component.
     pub gates: &'static [&'static str],
+    /// CompositePodGroup, on minors that have it.
+    pub composite: Option<CompositeRequirements>,
 }
 
 impl GangApiRequirements {
     /// The minor, e.g. 36 for 1.36.
     pub fn minor(&self) -> u32 {
-        self.shape.minor()
+        self.minor
+    }
+
+    /// The gates the enable and roll-back lines set: [`Self::gates`], then the composite
+    /// gates where the lines turn CompositePodGroup on (1.38).
+    pub fn line_gates(&self) -> Vec<&'static str> {
+        let mut gates = self.gates.to_vec();
+        if let Some(c) = self.composite.filter(|c| c.in_lines) {
+            gates.extend(c.gates);
+        }
+        gates
     }
 
     /// The version, e.g. `v1alpha2`.
@@ -52,27 +82,57 @@ impl GangApiRequirements {
     }
 }
 
-/// The gang API of 1.35, 1.36 and 1.37 (k8s.io/api v0.35.4, v0.36.2, v0.37.2).
-pub const GANG_APIS: [GangApiRequirements; 3] = [
+/// The gates CompositePodGroup needs beside GenericWorkload, in the order the lines set them.
+const COMPOSITE_GATES: &[&str] = &["TopologyAwareWorkloadScheduling", "CompositePodGroup"];
+
+/// The gang API of 1.35, 1.36, 1.37 and 1.38 (k8s.io/api v0.35.4, v0.36.2, v0.37.2,
+/// v0.38.0-beta.0; gates from k8s.io/kubernetes `pkg/features` of v1.37.2 and
+/// v1.38.0-beta.0).
+pub const GANG_APIS: [GangApiRequirements; 4] = [
     GangApiRequirements {
+        minor: 35,
         shape: Shape::V1Alpha1,
         resources: &["workloads"],
         link_path: "spec.workloadRef",
         gates: &["GenericWorkload", "GangScheduling"],
+        composite: None,
     },
     GangApiRequirements {
+        minor: 36,
         shape: Shape::V1Alpha2,
         resources: &["workloads", "podgroups"],
         link_path: "spec.schedulingGroup.podGroupName",
         gates: &["GenericWorkload", "GangScheduling"],
+        composite: None,
     },
     GangApiRequirements {
+        minor: 37,
         shape: Shape::V1Beta1,
         resources: &["workloads", "podgroups"],
         link_path: "spec.schedulingGroup.podGroupName",
         gates: &["GenericWorkload"],
+        composite: Some(CompositeRequirements {
+            version: "v1alpha3",
+            gates: COMPOSITE_GATES,
+            in_lines: false,
+        }),
+    },
+    GangApiRequirements {
+        minor: 38,
+        shape: Shape::V1Beta1,
+        resources: &["workloads", "podgroups"],
+        link_path: "spec.schedulingGroup.podGroupName",
+        gates: &["GenericWorkload"],
+        composite: Some(CompositeRequirements {
+            version: "v1beta1",
+            gates: COMPOSITE_GATES,
+            in_lines: true,
+        }),
     },
 ];
+
+/// The minors doctor knows, for messages: `1.35-1.38`.
+const KNOWN: &str = "1.35-1.38";
 
 /// The gang API of Kubernetes 1.`minor`, if doctor knows it.
 pub fn gang_api(minor: u32) -> Option<&'static GangApiRequirements> {
@@ -111,6 +171,7 @@ pub fn report(o: &Observed) -> Report {
         generic_workload(o, api, &scheduler_gates),
         pod_link(o, api),
         gang_scheduling(minor, &scheduler_gates),
+        composite::row(o, api, &scheduler_gates),
         versions::scheduler(o),
         versions::autoscaler(o),
     ];
@@ -118,7 +179,7 @@ pub fn report(o: &Observed) -> Report {
     rows.extend(reservation::rows(o));
     rows.extend(reservation::cluster_api_rows(o));
     rows.extend(autoscaler::rows(o));
-    rows.extend(traps::rows(o, minor));
+    rows.extend(traps::rows(o, minor, &scheduler_gates));
     let lines = api.map(lines_for);
     rows.push(match &lines {
         Some(l) => Row::new(
@@ -133,7 +194,7 @@ pub fn report(o: &Observed) -> Report {
         None => Row::new(
             "enable-lines",
             Status::Unknown,
-            "no enable lines: the cluster's minor is unknown or not 1.35-1.37",
+            format!("no enable lines: the cluster's minor is unknown or not {KNOWN}"),
             "",
         ),
     });
@@ -175,6 +236,16 @@ fn facts(
             )
             .to_owned(),
         );
+        if api.composite.is_some() {
+            gates.insert(
+                "CompositePodGroup".to_owned(),
+                gate_word(o.served.as_ref().ok().map(|s| {
+                    s.iter()
+                        .any(|v| v.resources.iter().any(|r| r == "compositepodgroups"))
+                }))
+                .to_owned(),
+            );
+        }
         if api.gates.contains(&"GangScheduling") {
             let on = match scheduler_gates {
                 Some(Ok(g)) => Some(g.get("GangScheduling").copied().unwrap_or(false)),
@@ -237,7 +308,7 @@ fn apiserver_version(o: &Observed) -> Row {
             None => Row::new(
                 ID,
                 Status::Warn,
-                format!("{v}: doctor knows the gang API of 1.35-1.37 only"),
+                format!("{v}: doctor knows the gang API of {KNOWN} only"),
                 "check the checks below against this release's notes",
             ),
         },
@@ -265,6 +336,7 @@ fn describe_served(served: &[super::ServedVersion]) -> String {
     }
 }
 
+/// The kube-apiserver flags that serve `api` (and, on 1.38, its CompositePodGroups).
 fn apiserver_enable(api: &GangApiRequirements) -> String {
     format!(
         "kube-apiserver --feature-gates={} --runtime-config={}=true",
@@ -273,9 +345,9 @@ fn apiserver_enable(api: &GangApiRequirements) -> String {
     )
 }
 
-/// `Gate=on,...` for every gate of `api`.
+/// `Gate=on,...` for every gate of `api`'s lines ([`GangApiRequirements::line_gates`]).
 fn gates_value(api: &GangApiRequirements, on: bool) -> String {
-    api.gates
+    api.line_gates()
         .iter()
         .map(|g| format!("{g}={on}"))
         .collect::<Vec<_>>()
@@ -319,10 +391,30 @@ fn served_api(o: &Observed, api: Option<&GangApiRequirements>) -> Row {
         );
     }
     let mut found = format!("{found}; expected {}", api.group_version());
-    if api.minor() == 37 && !serves(served, "v1alpha3", "compositepodgroups") {
-        found.push_str(
-            "; v1alpha3 CompositePodGroup not served (optional: gangscaler does not model it)",
-        );
+    if let Some(c) = api.composite {
+        let at: Vec<&str> = served
+            .iter()
+            .filter(|s| s.resources.iter().any(|r| r == "compositepodgroups"))
+            .map(|s| s.version.as_str())
+            .collect();
+        found.push_str(&if at.contains(&c.version) {
+            format!(
+                "; CompositePodGroup served at {}: gangscaler admits a composite's PodGroups as one gang",
+                c.version
+            )
+        } else if at.is_empty() {
+            format!(
+                "; CompositePodGroup not served at {} (optional; when served, gangscaler admits a composite's PodGroups as one gang)",
+                c.version
+            )
+        } else {
+            format!(
+                "; CompositePodGroup served at {} but not at {}, where kube-scheduler 1.{} reads it (see gate/CompositePodGroup)",
+                at.join(", "),
+                c.version,
+                api.minor()
+            )
+        });
     }
     Row::new(ID, Status::Ok, found, "")
 }
@@ -420,7 +512,7 @@ fn pod_link(o: &Observed, api: Option<&GangApiRequirements>) -> Row {
 
 fn gang_scheduling(minor: Option<u32>, scheduler_gates: &SchedulerGates) -> Row {
     const ID: &str = "gate/GangScheduling";
-    let Some(minor) = minor.filter(|m| (35..=37).contains(m)) else {
+    let Some(minor) = minor.filter(|m| gang_api(*m).is_some()) else {
         return Row::new(ID, Status::Unknown, "the cluster's minor is unknown", "");
     };
     let gates = match scheduler_gates {
@@ -440,8 +532,11 @@ fn gang_scheduling(minor: Option<u32>, scheduler_gates: &SchedulerGates) -> Row 
             Some(_) => Row::new(
                 ID,
                 Status::Error,
-                "set in kube-scheduler's flags, but 1.37 has no GangScheduling gate (merged into \
-                 GenericWorkload): a component given an unknown gate refuses to start",
+                format!(
+                    "set in kube-scheduler's flags, but 1.{minor} has no GangScheduling gate \
+                     (merged into GenericWorkload in 1.37): a component given an unknown gate \
+                     refuses to start"
+                ),
                 "remove GangScheduling from every component's --feature-gates",
             ),
             None => Row::new(

@@ -30,6 +30,9 @@ impl<T> Found<T> {
     }
 }
 
+/// How many PodGroups doctor reads to find ones naming a parent CompositePodGroup.
+pub const COMPOSITE_CHILDREN_LISTED: u32 = 500;
+
 /// One served version of `scheduling.k8s.io` and the resources it serves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServedVersion {
@@ -37,6 +40,17 @@ pub struct ServedVersion {
     pub version: String,
     /// Top-level resources (no subresources), e.g. `workloads`, `podgroups`.
     pub resources: Vec<String>,
+}
+
+/// A PodGroup that names a parent CompositePodGroup (`spec.parentCompositePodGroupName`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompositeChildSeen {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The CompositePodGroup it names.
+    pub parent: String,
 }
 
 /// The outcome of the server-side dry-run create of a pod carrying the minor's link field.
@@ -158,6 +172,10 @@ pub struct Observed {
     pub served: Read<Vec<ServedVersion>>,
     /// The pod-link dry run.
     pub pod_link: LinkProbe,
+    /// PodGroups naming a parent CompositePodGroup, from the first
+    /// [`COMPOSITE_CHILDREN_LISTED`] PodGroups of the newest served version that has the
+    /// field (`v1beta1`, else `v1alpha3`); empty when neither serves `podgroups`.
+    pub composite_children: Read<Vec<CompositeChildSeen>>,
     /// The namespace of the dry run.
     pub namespace: String,
     /// kube-scheduler.

@@ -1,5 +1,6 @@
 //! The edge of `doctor`: reads the live cluster (version, discovery, a server-side dry run,
-//! kube-system components, Nodes and CSINodes) and the files named on the command line into
+//! PodGroups naming a parent CompositePodGroup, kube-system components, Nodes and CSINodes)
+//! and the files named on the command line into
 //! an [`Observed`]. A failed cluster read is kept in `Observed` as its message, never raised.
 
 use std::collections::BTreeMap;
@@ -17,8 +18,9 @@ use tracing::debug;
 use super::checks::{GROUP, link_field};
 use super::flags::{self, Flag, Version};
 use super::{
-    Component, CsiDriverSeen, CsiNodeSeen, Error, Found, LinkProbe, NodeSeen, Observed,
-    ProviderSeen, Read, Result, SchedulerConfig, ServedVersion,
+    COMPOSITE_CHILDREN_LISTED, Component, CompositeChildSeen, CsiDriverSeen, CsiNodeSeen, Error,
+    Found, LinkProbe, NodeSeen, Observed, ProviderSeen, Read, Result, SchedulerConfig,
+    ServedVersion,
 };
 use crate::model::labels;
 use crate::provision::capi_types::MachineDeployment;
@@ -132,6 +134,10 @@ pub async fn observe(
             Some(field) => dry_run(client, &given.namespace, field).await,
         },
     };
+    let composite_children = match &served {
+        Ok(s) => composite_children(client, s).await,
+        Err(e) => Err(e.clone()),
+    };
     let mut scheduler = given.scheduler;
     if scheduler.version.is_none() || scheduler.flags.is_none() {
         find_scheduler(client, &mut scheduler).await;
@@ -200,6 +206,7 @@ pub async fn observe(
         server,
         served,
         pod_link,
+        composite_children,
         namespace: given.namespace,
         scheduler,
         scheduler_config,
@@ -236,6 +243,59 @@ async fn discover(client: &kube::Client) -> Read<Vec<ServedVersion>> {
         });
     }
     Ok(served)
+}
+
+/// The versions whose PodGroup has `spec.parentCompositePodGroupName`, newest first.
+const PARENT_FIELD_VERSIONS: [&str; 2] = ["v1beta1", "v1alpha3"];
+
+/// The version to list PodGroups at for their parent CompositePodGroup: `v1beta1` if it
+/// serves `podgroups`, else `v1alpha3` if it does (the versions whose PodGroup has
+/// `spec.parentCompositePodGroupName`), else `None`.
+pub fn parent_field_version(served: &[ServedVersion]) -> Option<&'static str> {
+    PARENT_FIELD_VERSIONS.into_iter().find(|v| {
+        served
+            .iter()
+            .any(|s| s.version == *v && s.resources.iter().any(|r| r == "podgroups"))
+    })
+}
+
+/// The PodGroups (in every namespace, the first [`COMPOSITE_CHILDREN_LISTED`]) that name a
+/// parent CompositePodGroup.
+async fn composite_children(
+    client: &kube::Client,
+    served: &[ServedVersion],
+) -> Read<Vec<CompositeChildSeen>> {
+    let Some(version) = parent_field_version(served) else {
+        return Ok(Vec::new());
+    };
+    let ar = ApiResource {
+        group: GROUP.to_owned(),
+        version: version.to_owned(),
+        api_version: format!("{GROUP}/{version}"),
+        kind: "PodGroup".to_owned(),
+        plural: "podgroups".to_owned(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let list = call(
+        "list podgroups",
+        api.list(&ListParams::default().limit(COMPOSITE_CHILDREN_LISTED)),
+    )
+    .await?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(|pg| {
+            let parent = pg
+                .data
+                .pointer("/spec/parentCompositePodGroupName")?
+                .as_str()?;
+            Some(CompositeChildSeen {
+                namespace: pg.metadata.namespace.clone().unwrap_or_default(),
+                name: pg.metadata.name.clone().unwrap_or_default(),
+                parent: parent.to_owned(),
+            })
+        })
+        .collect())
 }
 
 /// The pod the dry run creates: a pause container and `spec.<field>` naming a gang.

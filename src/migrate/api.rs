@@ -3,8 +3,14 @@
 //! by `convert` (manifests) and the compatibility webhook (live pods).
 //!
 //! Field names follow `k8s.io/api@v0.35.4` (`scheduling/v1alpha1`, `core/v1`
-//! `WorkloadReference`), `@v0.36.2` (`scheduling/v1alpha2`, `PodSchedulingGroup`) and
-//! `@v0.37.2` (`scheduling/v1beta1`; `v1alpha3` has the same Workload and PodGroup).
+//! `WorkloadReference`), `@v0.36.2` (`scheduling/v1alpha2`, `PodSchedulingGroup`),
+//! `@v0.37.2` (`scheduling/v1beta1`; `v1alpha3` has the same Workload and PodGroup, and
+//! CompositePodGroup) and `@v0.38.0-beta.0` (`scheduling/v1beta1` keeps 1.37's Workload and
+//! PodGroup field for field and adds CompositePodGroup with the fields of 1.37's `v1alpha3`).
+//!
+//! A [`GangApi`] is a shape of Workload and PodGroup; a [`Target`] is a Kubernetes minor, which
+//! also decides where CompositePodGroup lives (1.37 and 1.38 share the `v1beta1` shape but
+//! serve CompositePodGroup at `v1alpha3` and `v1beta1`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -30,7 +36,7 @@ pub enum GangApi {
     /// Kubernetes 1.36: `scheduling.k8s.io/v1alpha2`, Workload `podGroupTemplates[]`,
     /// standalone PodGroup with `podGroupTemplateRef`, pod `spec.schedulingGroup`.
     V1Alpha2,
-    /// Kubernetes 1.37: `scheduling.k8s.io/v1beta1` (and `v1alpha3`), PodGroup
+    /// Kubernetes 1.37 and 1.38: `scheduling.k8s.io/v1beta1` (and `v1alpha3`), PodGroup
     /// `workloadRef`, union `disruptionMode`, mutable `minCount`.
     V1Beta1,
 }
@@ -55,7 +61,8 @@ impl GangApi {
         format!("{GROUP}/{}", self.version())
     }
 
-    /// The Kubernetes 1.x minor that serves this version (35 for 1.35).
+    /// The first Kubernetes 1.x minor that serves this version (35 for 1.35; `v1beta1` is 37,
+    /// and 1.38 serves it too).
     #[must_use]
     pub fn minor(self) -> u32 {
         match self {
@@ -65,8 +72,8 @@ impl GangApi {
         }
     }
 
-    /// The newest version Kubernetes 1.`minor` serves (later minors are assumed to keep
-    /// 1.37's); `None` before 1.35.
+    /// The newest version Kubernetes 1.`minor` serves (1.38 keeps 1.37's `v1beta1`; later
+    /// minors are assumed to keep it too); `None` before 1.35.
     #[must_use]
     pub fn of_minor(minor: u32) -> Option<Self> {
         ALL.iter().rev().copied().find(|a| a.minor() <= minor)
@@ -137,6 +144,111 @@ impl FromStr for GangApi {
         ALL.into_iter()
             .find(|api| api.version() == version)
             .ok_or_else(|| UnknownVersion(s.to_owned()))
+    }
+}
+
+/// The CompositePodGroup version of Kubernetes 1.`minor`: `v1alpha3` on 1.37 (alpha),
+/// `v1beta1` on 1.38 (beta; 1.38 still serves `v1alpha3` when asked, but its kube-scheduler
+/// reads `v1beta1` only); `None` before 1.37. Minors after 1.38 are assumed to keep
+/// `v1beta1`.
+#[must_use]
+pub fn composite_version(minor: u32) -> Option<&'static str> {
+    match minor {
+        ..=36 => None,
+        37 => Some("v1alpha3"),
+        _ => Some("v1beta1"),
+    }
+}
+
+/// A Kubernetes minor that `convert` writes for: the [`GangApi`] shape of its Workloads and
+/// PodGroups, and where its CompositePodGroups live ([`composite_version`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Target {
+    minor: u32,
+}
+
+/// Every minor gangscaler converts for, oldest first.
+pub const TARGETS: [Target; 4] = [
+    Target { minor: 35 },
+    Target { minor: 36 },
+    Target { minor: 37 },
+    Target { minor: 38 },
+];
+
+impl Target {
+    /// Kubernetes 1.`minor`, when gangscaler knows it (1.35-1.38).
+    #[must_use]
+    pub fn of_minor(minor: u32) -> Option<Self> {
+        TARGETS.into_iter().find(|t| t.minor == minor)
+    }
+
+    /// The minor, e.g. 38 for 1.38.
+    #[must_use]
+    pub fn minor(self) -> u32 {
+        self.minor
+    }
+
+    /// The shape of its Workloads and PodGroups.
+    #[must_use]
+    pub fn api(self) -> GangApi {
+        match self.minor {
+            ..=35 => GangApi::V1Alpha1,
+            36 => GangApi::V1Alpha2,
+            _ => GangApi::V1Beta1,
+        }
+    }
+
+    /// The version that serves its CompositePodGroups; `None` before 1.37.
+    #[must_use]
+    pub fn composite_version(self) -> Option<&'static str> {
+        composite_version(self.minor)
+    }
+
+    /// Whether it has CompositePodGroups (and PodGroup `parentCompositePodGroupName`,
+    /// Workload `compositePodGroupTemplates`).
+    #[must_use]
+    pub fn has_composites(self) -> bool {
+        self.composite_version().is_some()
+    }
+}
+
+impl From<GangApi> for Target {
+    /// The first minor that serves `api`: `v1beta1` is 1.37.
+    fn from(api: GangApi) -> Self {
+        Self { minor: api.minor() }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "1.{} ({})", self.minor, self.api())
+    }
+}
+
+/// A `--to` value that is neither a known minor nor a gang API version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown conversion target {0:?}: expected a Kubernetes minor (1.35, 1.36, 1.37, 1.38) or a gang API version (v1alpha1, v1alpha2 or v1beta1, which mean 1.35, 1.36 and 1.37)"
+)]
+pub struct UnknownTarget(pub String);
+
+impl FromStr for Target {
+    type Err = UnknownTarget;
+
+    /// `1.38`, `v1.38`, or a version name (`v1beta1`, `scheduling.k8s.io/v1beta1`: the first
+    /// minor that serves it).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let unknown = || UnknownTarget(s.to_owned());
+        if let Ok(api) = s.parse::<GangApi>() {
+            return Ok(api.into());
+        }
+        let minor = s
+            .strip_prefix('v')
+            .unwrap_or(s)
+            .strip_prefix("1.")
+            .and_then(|m| m.parse::<u32>().ok())
+            .ok_or_else(unknown)?;
+        Self::of_minor(minor).ok_or_else(unknown)
     }
 }
 
@@ -396,6 +508,47 @@ mod tests {
             Some(GangApi::V1Beta1)
         );
         assert_eq!(GangApi::of_api_version("batch/v1"), None);
+    }
+
+    #[test]
+    fn targets_are_minors_or_version_names() {
+        let t38: Target = "1.38".parse().unwrap();
+        assert_eq!(t38.minor(), 38);
+        assert_eq!(t38.api(), GangApi::V1Beta1);
+        assert_eq!(t38.composite_version(), Some("v1beta1"));
+        assert_eq!(t38.to_string(), "1.38 (v1beta1)");
+        assert_eq!("v1.38".parse::<Target>().unwrap(), t38);
+        let t37: Target = "v1beta1".parse().unwrap();
+        assert_eq!(
+            t37.minor(),
+            37,
+            "a version name is the first minor that serves it"
+        );
+        assert_eq!(t37.composite_version(), Some("v1alpha3"));
+        assert_eq!(
+            "scheduling.k8s.io/v1alpha2".parse::<Target>().unwrap(),
+            Target::of_minor(36).unwrap()
+        );
+        assert!(!Target::of_minor(36).unwrap().has_composites());
+        assert_eq!(Target::from(GangApi::V1Alpha1).minor(), 35);
+        for bad in ["1.34", "1.39", "v2", "1.x", ""] {
+            let e = bad.parse::<Target>().unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("{bad:?}")) && e.to_string().contains("1.38"),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            TARGETS.map(|t| t.api()),
+            [
+                GangApi::V1Alpha1,
+                GangApi::V1Alpha2,
+                GangApi::V1Beta1,
+                GangApi::V1Beta1
+            ]
+        );
+        assert_eq!(GangApi::of_minor(38), Some(GangApi::V1Beta1));
+        assert_eq!(composite_version(36), None);
     }
 
     #[test]

@@ -13,6 +13,12 @@
 //! - Pods and pod templates (`Pod`, `PodTemplate`, `CronJob`, `JobSet` replicated jobs and any
 //!   object with `spec.template.spec`): `spec.workloadRef` (1.35) ↔ `spec.schedulingGroup`
 //!   (1.36+), in place.
+//! - `CompositePodGroup` (1.37+ only): `scheduling.k8s.io/v1alpha3` (1.37) ↔ `v1beta1` (1.38),
+//!   the same fields; a PodGroup's `parentCompositePodGroupName` and a Workload's
+//!   `compositePodGroupTemplates` are kept for 1.37 and 1.38 and cannot go below.
+//!
+//! The target is a Kubernetes minor ([`Target`]): 1.37 and 1.38 share the `v1beta1` shape of
+//! Workload and PodGroup and differ in where CompositePodGroup lives.
 //!
 //! Every other field and the order of every mapping are kept. What a target cannot express
 //! is dropped and reported as [`Severity::Lossy`]; what cannot be converted at all is a
@@ -23,7 +29,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::api::{GangApi, GroupLink};
+use super::api::{GROUP, GangApi, GroupLink, Target};
 use super::doc::Node;
 
 /// One input document and its 1-based number in the stream.
@@ -127,9 +133,11 @@ struct Index {
     links: BTreeMap<Key, Vec<GroupLink>>,
 }
 
-/// Converts `documents` to `to`.
+/// Converts `documents` for `to`: a [`Target`] minor, or a [`GangApi`] (the first minor
+/// that serves it, so `v1beta1` is 1.37).
 #[must_use]
-pub fn convert(documents: &[Input], to: GangApi) -> Conversion {
+pub fn convert(documents: &[Input], to: impl Into<Target>) -> Conversion {
+    let target = to.into();
     let mut inputs = Vec::with_capacity(documents.len());
     let mut findings = Vec::new();
     for input in documents {
@@ -141,7 +149,8 @@ pub fn convert(documents: &[Input], to: GangApi) -> Conversion {
         let mut cx = Cx {
             document: input.number,
             object: label(&input.node),
-            to,
+            target,
+            to: target.api(),
             findings: &mut findings,
         };
         cx.convert(&index, &input.node, &mut out);
@@ -279,6 +288,9 @@ fn lookup<'m, T>(map: &'m BTreeMap<Key, T>, ns: &str, name: &str) -> Option<&'m 
 struct Cx<'a> {
     document: u32,
     object: String,
+    /// The minor written for.
+    target: Target,
+    /// Its Workload and PodGroup shape (`target.api()`).
     to: GangApi,
     findings: &'a mut Vec<Finding>,
 }
@@ -312,21 +324,8 @@ impl Cx<'_> {
                 }
             }
             Some((_, "CompositePodGroup")) => {
-                if self.to == GangApi::V1Beta1 {
-                    self.find(
-                        Severity::Note,
-                        "kept as scheduling.k8s.io/v1alpha3: v1beta1 has no CompositePodGroup"
-                            .into(),
-                    );
+                if self.composite_pod_group(&mut node) {
                     out.push(node);
-                } else {
-                    self.find(
-                        Severity::Error,
-                        format!(
-                            "CompositePodGroup exists only in 1.37 (v1alpha3); {} cannot express a group of groups",
-                            self.to
-                        ),
-                    );
                 }
             }
             Some((_, kind)) => {
@@ -342,6 +341,57 @@ impl Cx<'_> {
                 out.push(node);
             }
         }
+    }
+}
+
+impl Cx<'_> {
+    /// A CompositePodGroup moves to the version its target serves it at (its fields are the
+    /// same in 1.37's `v1alpha3` and 1.38's `v1beta1`); a target without composites cannot
+    /// express it. Returns whether to write it.
+    fn composite_pod_group(&mut self, node: &mut Node) -> bool {
+        let Some(version) = self.target.composite_version() else {
+            self.find(
+                Severity::Error,
+                format!(
+                    "CompositePodGroup exists from 1.37 on (v1alpha3; v1beta1 from 1.38); {} cannot express a group of groups: convert for 1.37 or later, or remove it and its children's spec.parentCompositePodGroupName",
+                    self.target
+                ),
+            );
+            return false;
+        };
+        if let Some(spec) = node.get("spec") {
+            self.preemption_note(spec, "spec", true);
+        }
+        let from = node.get_str("apiVersion").unwrap_or_default().to_owned();
+        let api_version = format!("{GROUP}/{version}");
+        let needs = format!(
+            "kube-apiserver 1.{} serves it only with {} and --runtime-config={api_version}=true",
+            self.target.minor(),
+            composite_gate(self.target)
+        );
+        if from == api_version {
+            self.find(Severity::Note, format!("kept as {api_version}; {needs}"));
+        } else {
+            node.set("apiVersion", Node::str(&api_version));
+            self.find(
+                Severity::Note,
+                format!(
+                    "apiVersion {from} becomes {api_version}: 1.{} serves CompositePodGroup there, with the same fields; {needs}",
+                    self.target.minor()
+                ),
+            );
+        }
+        true
+    }
+}
+
+/// The gate kube-apiserver of `target` needs before it serves CompositePodGroups and keeps
+/// `parentCompositePodGroupName` and `compositePodGroupTemplates` (it drops both otherwise).
+pub(super) fn composite_gate(target: Target) -> &'static str {
+    if target.minor() == 37 {
+        "the CompositePodGroup gate (alpha, off by default; it needs TopologyAwareWorkloadScheduling and GenericWorkload)"
+    } else {
+        "the CompositePodGroup gate (beta, off by default; it needs TopologyAwareWorkloadScheduling and GenericWorkload)"
     }
 }
 

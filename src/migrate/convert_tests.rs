@@ -40,8 +40,8 @@ fn every_fixture_converts_to_every_version_as_its_golden_file() {
         let stem = input.file_stem().unwrap().to_str().unwrap().to_owned();
         let text = std::fs::read_to_string(&input).unwrap();
         let docs = parse(&text, &stem).unwrap();
-        for to in api::ALL {
-            let golden = fixtures().join(format!("golden/{stem}.to-{to}.yaml"));
+        for to in api::TARGETS {
+            let golden = fixtures().join(format!("golden/{stem}.to-1.{}.yaml", to.minor()));
             let got = golden_text(&convert(&docs, to));
             if bless {
                 std::fs::write(&golden, &got).unwrap();
@@ -58,7 +58,7 @@ fn every_fixture_converts_to_every_version_as_its_golden_file() {
             checked += 1;
         }
     }
-    assert!(checked >= 9);
+    assert!(checked >= 16);
 }
 
 /// The golden outputs parse back, and converting an output to its own version changes
@@ -68,7 +68,7 @@ fn converting_a_golden_output_to_its_own_version_is_the_identity() {
     for entry in std::fs::read_dir(fixtures().join("golden")).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-        let to: GangApi = name
+        let to: api::Target = name
             .rsplit_once(".to-")
             .unwrap()
             .1
@@ -204,6 +204,210 @@ fn a_pod_naming_a_group_its_workload_lacks_is_an_error_naming_both() {
             && errors[0].contains("\"nope\""),
         "{errors:?}"
     );
+}
+
+// ---- composites (1.37 v1alpha3, 1.38 v1beta1) ----
+
+fn t(minor: u32) -> api::Target {
+    api::Target::of_minor(minor).unwrap()
+}
+
+fn composite(api_version: &str) -> Node {
+    node(&format!(
+        "apiVersion: {api_version}\nkind: CompositePodGroup\nmetadata: {{name: c, namespace: ml}}\nspec:\n  workloadRef: {{workloadName: w, templateName: r}}\n  schedulingPolicy: {{gang: {{minGroupCount: 2}}}}\n  schedulingConstraints: {{topology: [{{key: topology.kubernetes.io/zone}}]}}\n  priority: 7\nstatus:\n  conditions: [{{type: CompositePodGroupInitiallyScheduled, status: 'True'}}]\n"
+    ))
+}
+
+fn child_pod_group(api_version: &str) -> Node {
+    node(&format!(
+        "apiVersion: {api_version}\nkind: PodGroup\nmetadata: {{name: c-a, namespace: ml}}\nspec:\n  parentCompositePodGroupName: c\n  workloadRef: {{workloadName: w, templateName: a}}\n  schedulingPolicy: {{gang: {{minCount: 2}}}}\n"
+    ))
+}
+
+#[test]
+fn a_v1alpha3_composite_becomes_v1beta1_for_1_38_with_every_field_and_back_for_1_37() {
+    let c = convert(
+        &inputs(vec![composite("scheduling.k8s.io/v1alpha3")]),
+        t(38),
+    );
+    assert!(!c.has_errors() && !c.is_lossy(), "{:?}", c.findings);
+    let want = composite("scheduling.k8s.io/v1beta1");
+    assert_eq!(
+        c.documents,
+        std::slice::from_ref(&want),
+        "only the apiVersion changes"
+    );
+    let notes = messages(&c, Severity::Note);
+    assert!(
+        notes[0].contains("CompositePodGroup ml/c")
+            && notes[0].contains("scheduling.k8s.io/v1alpha3 becomes scheduling.k8s.io/v1beta1")
+            && notes[0].contains("--runtime-config=scheduling.k8s.io/v1beta1=true")
+            && notes[0].contains("beta, off by default"),
+        "{notes:?}"
+    );
+    // Back to 1.37, where v1beta1 has no CompositePodGroup.
+    let back = convert(&inputs(vec![want]), t(37));
+    assert!(
+        !back.has_errors() && !back.is_lossy(),
+        "{:?}",
+        back.findings
+    );
+    assert_eq!(back.documents, [composite("scheduling.k8s.io/v1alpha3")]);
+    // `--to v1beta1` means 1.37: the composite stays v1alpha3.
+    let same = convert(
+        &inputs(vec![composite("scheduling.k8s.io/v1alpha3")]),
+        GangApi::V1Beta1,
+    );
+    assert_eq!(same.documents, [composite("scheduling.k8s.io/v1alpha3")]);
+    assert!(
+        messages(&same, Severity::Note)[0].contains("kept as scheduling.k8s.io/v1alpha3"),
+        "{:?}",
+        same.findings
+    );
+}
+
+#[test]
+fn a_composite_cannot_go_below_1_37() {
+    for minor in [35, 36] {
+        let c = convert(
+            &inputs(vec![composite("scheduling.k8s.io/v1alpha3")]),
+            t(minor),
+        );
+        let errors = messages(&c, Severity::Error);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("CompositePodGroup ml/c")
+                && errors[0].contains(&format!("1.{minor} ("))
+                && errors[0].contains("cannot express a group of groups"),
+            "{errors:?}"
+        );
+        assert!(c.documents.is_empty());
+    }
+}
+
+#[test]
+fn a_pod_groups_parent_is_kept_where_composites_exist_and_dropped_clearly_below() {
+    for (from, minor) in [
+        ("scheduling.k8s.io/v1alpha3", 37),
+        ("scheduling.k8s.io/v1beta1", 37),
+        ("scheduling.k8s.io/v1alpha3", 38),
+        ("scheduling.k8s.io/v1beta1", 38),
+    ] {
+        let c = convert(&inputs(vec![child_pod_group(from)]), t(minor));
+        assert!(!c.has_errors() && !c.is_lossy(), "{:?}", c.findings);
+        assert_eq!(
+            c.documents[0].at(&["spec", "parentCompositePodGroupName"]),
+            Some(&Node::str("c")),
+            "{from} for 1.{minor}"
+        );
+        assert_eq!(
+            c.documents[0].get_str("apiVersion"),
+            Some("scheduling.k8s.io/v1beta1")
+        );
+        let notes = messages(&c, Severity::Note);
+        assert!(
+            notes.iter().any(
+                |n| n.contains("spec.parentCompositePodGroupName \"c\" kept")
+                    && n.contains(&format!(
+                        "kube-apiserver 1.{minor} keeps it only with the CompositePodGroup gate"
+                    ))
+            ),
+            "{notes:?}"
+        );
+    }
+    let c = convert(
+        &inputs(vec![child_pod_group("scheduling.k8s.io/v1beta1")]),
+        t(36),
+    );
+    assert!(!c.has_errors(), "{:?}", c.findings);
+    assert!(
+        c.documents[0]
+            .at(&["spec", "parentCompositePodGroupName"])
+            .is_none()
+    );
+    let lossy = messages(&c, Severity::Lossy);
+    assert!(
+        lossy.iter().any(|l| l.contains("PodGroup ml/c-a: spec.parentCompositePodGroupName \"c\" dropped: 1.36 (v1alpha2) has no CompositePodGroup, so the PodGroup becomes a gang of its own")),
+        "{lossy:?}"
+    );
+}
+
+#[test]
+fn composite_templates_stay_for_1_37_and_1_38_and_cannot_leave_a_workload_empty_below() {
+    let workload = |own: &str| {
+        node(&format!(
+            "apiVersion: scheduling.k8s.io/v1beta1\nkind: Workload\nmetadata: {{name: w}}\nspec:\n{own}  compositePodGroupTemplates:\n  - name: r\n    schedulingPolicy: {{gang: {{minGroupCount: 2}}}}\n    podGroupTemplates: [{{name: a, schedulingPolicy: {{gang: {{minCount: 2}}}}}}]\n"
+        ))
+    };
+    for minor in [37, 38] {
+        let c = convert(&inputs(vec![workload("")]), t(minor));
+        assert!(!c.has_errors() && !c.is_lossy(), "{:?}", c.findings);
+        assert_eq!(c.documents, [workload("")]);
+    }
+    let c = convert(&inputs(vec![workload("")]), t(36));
+    let errors = messages(&c, Severity::Error);
+    assert!(
+        errors[0].contains("spec.compositePodGroupTemplates (\"r\") cannot be expressed: 1.36 (v1alpha2) has no CompositePodGroup"),
+        "{errors:?}"
+    );
+    // A Workload with templates of its own beside (not valid from 1.37, but readable) loses
+    // only the composite ones.
+    let c = convert(
+        &inputs(vec![workload(
+            "  podGroupTemplates: [{name: b, schedulingPolicy: {basic: {}}}]\n",
+        )]),
+        t(36),
+    );
+    assert!(!c.has_errors(), "{:?}", c.findings);
+    assert!(
+        c.documents[0]
+            .at(&["spec", "compositePodGroupTemplates"])
+            .is_none()
+    );
+    assert!(
+        messages(&c, Severity::Lossy)[0]
+            .contains("spec.compositePodGroupTemplates (\"r\") dropped"),
+        "{:?}",
+        c.findings
+    );
+}
+
+#[test]
+fn preemption_policy_needs_its_gate_on_1_37_and_its_priority_class_on_1_38() {
+    let pg = node(
+        "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {name: p}\nspec:\n  workloadRef: {workloadName: w, templateName: a}\n  schedulingPolicy: {basic: {}}\n  preemptionPolicy: Never\n",
+    );
+    let workload = node(
+        "apiVersion: scheduling.k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w}\nspec:\n  podGroupTemplates:\n  - {name: a, schedulingPolicy: {basic: {}}, preemptionPolicy: Never}\n",
+    );
+    let notes = |doc: &Node, minor| {
+        let c = convert(&inputs(vec![doc.clone()]), t(minor));
+        assert!(!c.has_errors() && !c.is_lossy(), "{:?}", c.findings);
+        assert_eq!(c.documents, std::slice::from_ref(doc));
+        messages(&c, Severity::Note)
+    };
+    let on_37 = notes(&pg, 37);
+    assert!(
+        on_37[0].contains("PodGroupPreemptionPolicy gate")
+            && on_37[0].contains("Priority admission"),
+        "{on_37:?}"
+    );
+    let on_38 = notes(&pg, 38);
+    assert!(
+        on_38[0].contains("spec.preemptionPolicy \"Never\" kept: on 1.38")
+            && on_38[0].contains("PriorityClass")
+            && !on_38[0].contains("gate"),
+        "{on_38:?}"
+    );
+    // A Workload template is not admitted by priority: only 1.37's gate matters.
+    let on_37 = notes(&workload, 37);
+    assert!(
+        on_37[0].contains("spec.podGroupTemplates[0].preemptionPolicy")
+            && on_37[0].contains("1.38 needs no gate")
+            && !on_37[0].contains("Priority admission"),
+        "{on_37:?}"
+    );
+    assert!(notes(&workload, 38).is_empty());
 }
 
 // ---- round trips ----
@@ -424,13 +628,13 @@ fn sorted(docs: &[Node]) -> Vec<String> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
-    /// 1.35 → 1.36 or 1.37 → 1.35 gives back the input exactly (order included), and the
+    /// 1.35 → 1.36, 1.37 or 1.38 → 1.35 gives back the input exactly (order included), and the
     /// only lossy findings on the way up are the replica keys folded into PodGroup names.
     #[test]
     fn v1alpha1_round_trips_through_every_pod_group_version(
         groups in gen_groups(),
         kinds in prop::collection::vec(0usize..3, 1..4),
-        via in prop::sample::select(vec![GangApi::V1Alpha2, GangApi::V1Beta1]),
+        via in prop::sample::select(api::TARGETS[1..].to_vec()),
     ) {
         let original = v1alpha1_manifest(&groups, &kinds);
         let up = convert(&inputs(original.clone()), via);
@@ -447,17 +651,18 @@ proptest! {
         prop_assert_eq!(down.documents, original);
     }
 
-    /// 1.36 → 1.37 → 1.36 is exact, with the 1.36-only template fields too; 1.36 → 1.35 →
-    /// 1.36 gives back the same objects (PodGroups right after their Workload) when the
+    /// 1.36 → 1.37 or 1.38 → 1.36 is exact, with the 1.36-only template fields too; 1.36 →
+    /// 1.35 → 1.36 gives back the same objects (PodGroups right after their Workload) when the
     /// templates carry only name and policy.
     #[test]
     fn v1alpha2_round_trips(
         groups in gen_groups(),
         kinds in prop::collection::vec(0usize..3, 1..4),
         extras: bool,
+        via in prop::sample::select(api::TARGETS[2..].to_vec()),
     ) {
         let original = v1alpha2_manifest(&groups, &kinds, extras);
-        let up = convert(&inputs(original.clone()), GangApi::V1Beta1);
+        let up = convert(&inputs(original.clone()), via);
         prop_assert!(!up.has_errors(), "{:?}", up.findings);
         let back = convert(&inputs(up.documents), GangApi::V1Alpha2);
         prop_assert!(!back.has_errors(), "{:?}", back.findings);
@@ -480,7 +685,7 @@ proptest! {
         groups in gen_groups(),
         kinds in prop::collection::vec(0usize..3, 1..4),
         cut in prop::collection::vec((0usize..8, "[a-zA-Z]{1,12}"), 0..6),
-        to in prop::sample::select(api::ALL.to_vec()),
+        to in prop::sample::select(api::TARGETS.to_vec()),
     ) {
         let mut docs = v1alpha2_manifest(&groups, &kinds, true);
         // Damage some documents: remove or rename fields at the top of their spec.

@@ -1,7 +1,8 @@
 //! `gangscaler doctor` against the real control plane of the `E2E_K8S_MINOR` row, given the
 //! CA flags and scheduler flags this harness runs with: the served gang API is the row's, the
 //! gates it enables are inferred on, the pod link survives a server-side dry run, the 1.37
-//! scheduler trap is seen as worked around, and the enable lines are the row's own gates.
+//! scheduler trap is seen as worked around, CompositePodGroup is served with its gates where
+//! the row turns it on (1.38), and the enable lines are the row's own gates.
 //! Then the same without any flags file: the components are found in kube-system.
 
 use std::path::Path;
@@ -141,6 +142,30 @@ async fn doctor_reads_the_rows_gang_api_gates_and_traps_from_a_live_cluster() {
         assert_eq!(row(&json, "ca-version")["status"], "ok");
         assert_eq!(facts["gates"]["GangScheduling"], "on");
     }
+    // CompositePodGroup: the rows that turn it on (1.38) serve it and the scheduler's flags
+    // carry its gates; the others leave it off, which is fine while nothing uses it.
+    let composite = row(&json, "gate/CompositePodGroup");
+    assert_eq!(composite["status"], "ok", "{composite}");
+    if versions.gates.contains("CompositePodGroup=true") {
+        assert_eq!(facts["gates"]["CompositePodGroup"], "on");
+        assert!(
+            composite["found"]
+                .as_str()
+                .unwrap()
+                .contains("compositepodgroups at v1beta1"),
+            "{composite}"
+        );
+    } else if versions.minor.as_str() >= "1.37" {
+        assert_eq!(facts["gates"]["CompositePodGroup"], "off");
+    }
+    assert_eq!(
+        row(&json, "trap/api-removal")["status"],
+        if versions.minor.as_str() >= "1.37" {
+            "ok"
+        } else {
+            "warn"
+        }
+    );
 
     // The harness's CA flags: externalgrpc, least-waste, 30s/2m backoff.
     for id in [
@@ -247,6 +272,7 @@ async fn doctor_reads_the_rows_gang_api_gates_and_traps_from_a_live_cluster() {
     );
     assert_eq!(row(&json, "ca-flag/expander")["status"], "ok");
     assert_eq!(row(&json, "gate/GangScheduling")["status"], "ok");
+    assert_eq!(row(&json, "gate/CompositePodGroup")["status"], "ok");
     assert_eq!(
         row(&json, "trap/scheduler-dra-podgroup-postfilter")["status"],
         "ok"

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use gangscaler::audit::ReservationAction;
-use gangscaler::migrate::api::GangApi;
+use gangscaler::migrate::api::{GangApi, Target};
 use gangscaler::migrate::convert::convert;
 use gangscaler::migrate::parse;
 use gangscaler::webhook::{ANNOTATION_REPLICA_KEY, ANNOTATION_TEMPLATE, ANNOTATION_WORKLOAD};
@@ -27,6 +27,24 @@ use super::{create_dynamic, gangscaler_bin};
 
 fn row_api() -> GangApi {
     Versions::load().gang_api.parse().unwrap()
+}
+
+/// The row's minor as a conversion target (1.37 and 1.38 share `v1beta1` but not where
+/// CompositePodGroup lives).
+fn row_target() -> Target {
+    Versions::load().minor.parse().unwrap()
+}
+
+/// The input fixtures (`tests/fixtures/convert/input`), sorted; the composite ones apart.
+fn fixture_inputs(composite: bool) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/convert/input");
+    let mut inputs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.display().to_string().contains("composite") == composite)
+        .collect();
+    inputs.sort();
+    inputs
 }
 
 /// Every pod spec's gang link in `object` (its `workloadRef` or `schedulingGroup`).
@@ -51,7 +69,8 @@ fn links(object: &Value, field: &str) -> Vec<Value> {
 #[tokio::test]
 #[ignore = "needs e2e binaries: tests/e2e/build.sh"]
 async fn converted_manifests_are_accepted_by_the_rows_api_server() {
-    let to = row_api();
+    let target = row_target();
+    let to = target.api();
     let cluster = Cluster::start("convert-dry-run").await;
     let client = cluster.client().await;
     for ns in ["ml", "research"] {
@@ -68,19 +87,24 @@ async fn converted_manifests_are_accepted_by_the_rows_api_server() {
                "metadata": {"name": "training"}, "value": 1000}),
     )
     .await;
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/convert/input");
-    let mut inputs: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    inputs.sort();
+    // The 1.37 input's: its PodGroups' preemptionPolicy must be their class's (Priority
+    // admission, 1.38 and 1.37 with PodGroupPreemptionPolicy).
+    create_dynamic(
+        &client,
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+               "metadata": {"name": "batch-never"}, "value": 100,
+               "preemptionPolicy": "Never"}),
+    )
+    .await;
+    // The composite input needs composites on: see the test below.
+    let inputs = fixture_inputs(false);
     let mut checked = 0;
     let mut total = 0;
     let mut skipped = Vec::new();
     for path in &inputs {
         let name = path.display().to_string();
         let docs = parse(&std::fs::read_to_string(path).unwrap(), &name).unwrap();
-        let conversion = convert(&docs, to);
+        let conversion = convert(&docs, target);
         assert!(
             !conversion.has_errors(),
             "{name}: {:?}",
@@ -144,9 +168,124 @@ async fn converted_manifests_are_accepted_by_the_rows_api_server() {
     assert!(
         !matches!(refused, Some(Ok(_))),
         "1.{} accepted a Workload of {}",
-        to.minor(),
+        target.minor(),
         workload["apiVersion"]
     );
+}
+
+/// The composite input converted for the row is accepted whole by its API server, which keeps
+/// every PodGroup's `parentCompositePodGroupName`: on rows that turn CompositePodGroup on (1.38,
+/// at v1beta1). On other rows the API server would drop the field, so the test only checks
+/// that the converter refuses (below 1.37) or that the row leaves composites off.
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn converted_composites_keep_their_parents_on_the_rows_api_server() {
+    let versions = Versions::load();
+    let target = row_target();
+    let inputs = fixture_inputs(true);
+    assert!(!inputs.is_empty(), "a composite input fixture");
+    let composites_on = versions
+        .gates
+        .split(',')
+        .any(|g| g == "CompositePodGroup=true");
+    if !target.has_composites() {
+        for path in &inputs {
+            let name = path.display().to_string();
+            let docs = parse(&std::fs::read_to_string(path).unwrap(), &name).unwrap();
+            assert!(convert(&docs, target).has_errors(), "{name} for {target}");
+        }
+        return;
+    }
+    if !composites_on {
+        eprintln!(
+            "the {} row leaves CompositePodGroup off: nothing to create",
+            versions.minor
+        );
+        return;
+    }
+    let cluster = Cluster::start("convert-composite").await;
+    let client = cluster.client().await;
+    let composite_version = target.composite_version().unwrap();
+    let mut namespaces = std::collections::BTreeSet::new();
+    let mut checked = 0;
+    for path in &inputs {
+        let name = path.display().to_string();
+        let docs = parse(&std::fs::read_to_string(path).unwrap(), &name).unwrap();
+        let conversion = convert(&docs, target);
+        assert!(
+            !conversion.has_errors() && !conversion.is_lossy(),
+            "{name}: {:?}",
+            conversion.findings
+        );
+        for doc in &conversion.documents {
+            let object = doc.to_json();
+            let ns = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_owned();
+            if ns != "default" && namespaces.insert(ns.clone()) {
+                create_dynamic(
+                    &client,
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                )
+                .await;
+            }
+            let kind = object["kind"].as_str().unwrap().to_owned();
+            if kind == "CompositePodGroup" {
+                assert_eq!(
+                    object["apiVersion"],
+                    format!("scheduling.k8s.io/{composite_version}")
+                );
+            }
+            // The Workload and the CompositePodGroup for real (PodGroups name them); the rest
+            // in a dry run.
+            let dry_run = !matches!(kind.as_str(), "Workload" | "CompositePodGroup");
+            let created = try_create(&client, &object, dry_run)
+                .await
+                .unwrap_or_else(|| {
+                    panic!("{name}: the row serves no {kind} {}", object["apiVersion"])
+                })
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{name}: the {target} API server refused {kind} {}: {e}",
+                        object["metadata"]["name"]
+                    )
+                });
+            let created = serde_json::to_value(&created).unwrap();
+            if kind == "PodGroup" {
+                assert_eq!(
+                    created["spec"]["parentCompositePodGroupName"],
+                    object["spec"]["parentCompositePodGroupName"],
+                    "{name}: {} as admitted",
+                    object["metadata"]["name"]
+                );
+            }
+            if kind == "Workload" {
+                // The answer spells out unset pointers as null.
+                assert_eq!(
+                    without_nulls(&created["spec"]["compositePodGroupTemplates"]),
+                    object["spec"]["compositePodGroupTemplates"],
+                    "{name}: the Workload's composite templates as admitted"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "objects checked: {checked}");
+}
+
+/// `value` without its null members, at every depth.
+fn without_nulls(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
 }
 
 /// A serving certificate for 127.0.0.1 from a CA of its own, in `<run>/webhook/tls.crt` and

@@ -27,21 +27,29 @@ fn sv(version: &str, resources: &[&str]) -> ServedVersion {
     }
 }
 
-/// What each minor serves with gang admission on.
+/// What each minor serves with gang admission on, as the e2e rows run it: 1.37 without its
+/// alpha v1alpha3 (so without CompositePodGroup), 1.38 with CompositePodGroup at v1beta1.
 fn served(minor: u32) -> Vec<ServedVersion> {
     let mut s = vec![sv("v1", &["priorityclasses"])];
     match minor {
         35 => s.push(sv("v1alpha1", &["workloads"])),
         36 => s.push(sv("v1alpha2", &["workloads", "podgroups"])),
-        _ => {
-            s.push(sv("v1beta1", &["workloads", "podgroups"]));
-            s.push(sv(
-                "v1alpha3",
-                &["workloads", "podgroups", "compositepodgroups"],
-            ));
-        }
+        37 => s.push(sv("v1beta1", &["workloads", "podgroups"])),
+        _ => s.push(sv(
+            "v1beta1",
+            &["workloads", "podgroups", "compositepodgroups"],
+        )),
     }
     s
+}
+
+/// The gates the e2e row of `minor` runs every component with.
+fn row_gates(minor: u32) -> &'static str {
+    match minor {
+        35 | 36 => "GenericWorkload=true,GangScheduling=true",
+        37 => "GenericWorkload=true",
+        _ => "GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true",
+    }
 }
 
 fn flags_of(text: &str) -> Found<Vec<flags::Flag>> {
@@ -71,11 +79,7 @@ fn csi_node(name: &str, drivers: &[(&str, Option<i32>)]) -> CsiNodeSeen {
 
 /// A cluster of `minor` ready for gang admission, with every input given.
 fn healthy(minor: u32) -> Observed {
-    let gates = if minor >= 37 {
-        "GenericWorkload=true"
-    } else {
-        "GenericWorkload=true,GangScheduling=true"
-    };
+    let gates = row_gates(minor);
     let sched_flags = if minor >= 37 {
         format!("--feature-gates={gates}\n--config=/etc/sched.yaml\n")
     } else {
@@ -92,6 +96,7 @@ fn healthy(minor: u32) -> Observed {
         pod_link: LinkProbe::Kept {
             field: link_field(&v(&format!("1.{minor}"))).unwrap().to_owned(),
         },
+        composite_children: Ok(Vec::new()),
         namespace: "default".to_owned(),
         scheduler: Component {
             version: Some(Found::new(
@@ -163,7 +168,12 @@ fn with_ca_flags(text: &str) -> Observed {
 
 #[test]
 fn a_ready_cluster_of_each_minor_has_no_error_and_names_its_gang_api() {
-    for (minor, api) in [(35, "v1alpha1"), (36, "v1alpha2"), (37, "v1beta1")] {
+    for (minor, api) in [
+        (35, "v1alpha1"),
+        (36, "v1alpha2"),
+        (37, "v1beta1"),
+        (38, "v1beta1"),
+    ] {
         let r = report(&healthy(minor));
         assert!(r.failed().is_empty(), "1.{minor}: {:#?}", r.checks);
         assert_eq!(
@@ -182,6 +192,7 @@ fn a_ready_cluster_of_each_minor_has_no_error_and_names_its_gang_api() {
             "gate/GenericWorkload",
             "pod-link-field",
             "gate/GangScheduling",
+            "gate/CompositePodGroup",
             "scheduler-version",
             "ca-version",
             "csi/live",
@@ -208,6 +219,40 @@ fn a_ready_cluster_of_each_minor_has_no_error_and_names_its_gang_api() {
             .gates
             .contains_key("GangScheduling")
     );
+    // CompositePodGroup is inferred from the served API from 1.37 on.
+    let gate = |minor| {
+        report(&healthy(minor))
+            .facts
+            .gates
+            .get("CompositePodGroup")
+            .cloned()
+    };
+    assert_eq!(gate(36), None);
+    assert_eq!(gate(37).as_deref(), Some("off"));
+    assert_eq!(gate(38).as_deref(), Some("on"));
+}
+
+#[test]
+fn doctors_table_agrees_with_migrates_shapes_and_composite_versions() {
+    for api in &GANG_APIS {
+        assert_eq!(
+            Shape::of_minor(api.minor()),
+            Some(api.shape),
+            "1.{}",
+            api.minor()
+        );
+        assert_eq!(
+            api.composite.map(|c| c.version),
+            crate::migrate::api::composite_version(api.minor()),
+            "1.{}",
+            api.minor()
+        );
+    }
+    assert_eq!(
+        gang_api(38).map(GangApiRequirements::version),
+        Some("v1beta1")
+    );
+    assert!(gang_api(39).is_none());
 }
 
 #[test]
@@ -223,8 +268,14 @@ fn apiserver_version_is_an_error_when_unreadable_or_too_old_and_a_warning_when_t
     assert_eq!(status(&o, "apiserver-version"), Status::Error);
     o.server = Ok(v("v1.34.3"));
     assert_eq!(status(&o, "apiserver-version"), Status::Error);
-    o.server = Ok(v("v1.38.0"));
-    assert_eq!(status(&o, "apiserver-version"), Status::Warn);
+    o.server = Ok(v("v1.38.0-beta.0"));
+    let r = row(&o, "apiserver-version");
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert!(r.found.contains("scheduling.k8s.io/v1beta1"), "{}", r.found);
+    o.server = Ok(v("v1.39.0"));
+    let r = row(&o, "apiserver-version");
+    assert_eq!(r.status, Status::Warn);
+    assert!(r.found.contains("1.35-1.38 only"), "{}", r.found);
 }
 
 #[test]
@@ -248,15 +299,44 @@ fn the_gang_api_must_serve_the_minors_version_and_resources() {
     let mut o = healthy(36);
     o.server = Err("down".to_owned());
     assert_eq!(status(&o, "gang-api"), Status::Unknown);
-    let mut o = healthy(37);
-    o.served = Ok(vec![sv("v1beta1", &["workloads", "podgroups"])]);
-    let r = row(&o, "gang-api");
+    let r = row(&healthy(37), "gang-api");
     assert_eq!(r.status, Status::Ok);
     assert!(
-        r.found.contains("v1alpha3 CompositePodGroup not served"),
+        r.found
+            .contains("CompositePodGroup not served at v1alpha3 (optional"),
         "{}",
         r.found
     );
+    let r = row(&healthy(38), "gang-api");
+    assert_eq!(r.status, Status::Ok);
+    assert!(
+        r.found.contains(
+            "CompositePodGroup served at v1beta1: gangscaler admits a composite's PodGroups as one gang"
+        ),
+        "{}",
+        r.found
+    );
+    // 1.38 serving CompositePodGroup at v1alpha3 only: noted here, an error in its own row.
+    let mut o = healthy(38);
+    o.served = Ok(vec![
+        sv("v1beta1", &["workloads", "podgroups"]),
+        sv(
+            "v1alpha3",
+            &["workloads", "podgroups", "compositepodgroups"],
+        ),
+    ]);
+    let r = row(&o, "gang-api");
+    assert_eq!(r.status, Status::Ok);
+    assert!(
+        r.found
+            .contains("served at v1alpha3 but not at v1beta1, where kube-scheduler 1.38 reads it"),
+        "{}",
+        r.found
+    );
+    o.served = Ok(served(37));
+    assert_eq!(status(&o, "gang-api"), Status::Ok, "1.37's API is 1.38's");
+    o.served = Ok(served(36));
+    assert_eq!(status(&o, "gang-api"), Status::Error, "1.36's API on 1.38");
 }
 
 #[test]
@@ -355,6 +435,197 @@ fn gang_scheduling_needs_the_schedulers_flags_before_1_37_and_is_gone_after() {
     assert_eq!(status(&o, "gate/GangScheduling"), Status::Error);
     o.server = Err("down".to_owned());
     assert_eq!(status(&o, "gate/GangScheduling"), Status::Unknown);
+    let mut o = healthy(38);
+    assert_eq!(status(&o, "gate/GangScheduling"), Status::Ok);
+    o.scheduler.flags = Some(flags_of(&format!(
+        "--feature-gates={},GangScheduling=true",
+        row_gates(38)
+    )));
+    let r = row(&o, "gate/GangScheduling");
+    assert_eq!(r.status, Status::Error);
+    assert!(
+        r.found.contains("1.38 has no GangScheduling gate"),
+        "{}",
+        r.found
+    );
+}
+
+/// A PodGroup naming parent `parent`.
+fn child(namespace: &str, name: &str, parent: &str) -> crate::doctor::CompositeChildSeen {
+    crate::doctor::CompositeChildSeen {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        parent: parent.to_owned(),
+    }
+}
+
+#[test]
+fn composites_are_optional_before_they_are_served_or_used() {
+    const ID: &str = "gate/CompositePodGroup";
+    for minor in [35, 36] {
+        let r = row(&healthy(minor), ID);
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(r.found.contains("arrives in 1.37"), "{}", r.found);
+    }
+    // 1.36 has no such gate: a component given it refuses to start.
+    let mut o = healthy(36);
+    o.scheduler.flags = Some(flags_of(
+        "--feature-gates=GenericWorkload=true,GangScheduling=true,CompositePodGroup=true",
+    ));
+    let r = row(&o, ID);
+    assert_eq!(r.status, Status::Error);
+    assert!(
+        r.action.contains("remove CompositePodGroup"),
+        "{}",
+        r.action
+    );
+    // 1.37 without v1alpha3 and nothing using composites: fine, with the line to turn them on.
+    let r = row(&healthy(37), ID);
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert!(r.found.contains("optional"), "{}", r.found);
+    assert!(
+        r.found.contains(
+            "kube-apiserver --feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true --runtime-config=scheduling.k8s.io/v1alpha3=true"
+        ),
+        "{}",
+        r.found
+    );
+    let mut o = healthy(37);
+    o.composite_children = Err("podgroups is forbidden".to_owned());
+    let r = row(&o, ID);
+    assert_eq!(r.status, Status::Ok);
+    assert!(r.found.contains("could not be listed"), "{}", r.found);
+    o.served = Err("forbidden".to_owned());
+    assert_eq!(status(&o, ID), Status::Unknown);
+    o.server = Err("down".to_owned());
+    assert_eq!(status(&o, ID), Status::Unknown);
+}
+
+#[test]
+fn composites_in_use_need_the_api_server_to_serve_them() {
+    const ID: &str = "gate/CompositePodGroup";
+    for (minor, version) in [(37, "v1alpha3"), (38, "v1beta1")] {
+        // PodGroups naming a parent while nothing serves CompositePodGroups.
+        let mut o = healthy(minor);
+        o.served = Ok(served(37));
+        o.scheduler.flags = Some(flags_of("--feature-gates=GenericWorkload=true"));
+        o.composite_children = Ok(vec![
+            child("ml", "a-leader", "a"),
+            child("ml", "a-workers", "a"),
+            child("ml", "b-leader", "b"),
+            child("ml", "b-workers", "b"),
+            child("ml", "c-leader", "c"),
+        ]);
+        let r = row(&o, ID);
+        assert_eq!(r.status, Status::Error, "1.{minor}: {r:?}");
+        assert!(
+            r.found.contains("5 PodGroup(s)")
+                && r.found.contains("ml/a-leader names a")
+                && r.found.contains("and 2 more")
+                && r.found.contains("a gang of its own"),
+            "{}",
+            r.found
+        );
+        assert!(
+            r.action.contains(&format!(
+                "--runtime-config=scheduling.k8s.io/{version}=true"
+            )),
+            "{}",
+            r.action
+        );
+        // The scheduler's gate on without the API: it waits for an informer that cannot list.
+        o.composite_children = Ok(Vec::new());
+        o.scheduler.flags = Some(flags_of(&format!("--feature-gates={}", row_gates(38))));
+        let r = row(&o, ID);
+        assert_eq!(r.status, Status::Error, "1.{minor}: {r:?}");
+        assert!(
+            r.found
+                .contains(&format!("waits for a {version} CompositePodGroup informer")),
+            "{}",
+            r.found
+        );
+    }
+}
+
+#[test]
+fn served_composites_need_the_schedulers_gates_and_its_version() {
+    const ID: &str = "gate/CompositePodGroup";
+    let r = row(&healthy(38), ID);
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert!(
+        r.found.contains("compositepodgroups at v1beta1")
+            && r.found
+                .contains("with GenericWorkload and TopologyAwareWorkloadScheduling"),
+        "{}",
+        r.found
+    );
+    // 1.37 serving v1alpha3 composites, the scheduler with every gate: fine.
+    let mut o = healthy(37);
+    o.served = Ok(vec![
+        sv("v1beta1", &["workloads", "podgroups"]),
+        sv(
+            "v1alpha3",
+            &["workloads", "podgroups", "compositepodgroups"],
+        ),
+    ]);
+    o.scheduler.flags = Some(flags_of(&format!(
+        "--feature-gates={}\n--config=/etc/sched.yaml",
+        row_gates(38)
+    )));
+    assert_eq!(status(&o, ID), Status::Ok);
+    for minor in [37, 38] {
+        let mut o = if minor == 37 { o.clone() } else { healthy(38) };
+        // The scheduler leaves the composite gates at their default (off).
+        o.scheduler.flags = Some(flags_of("--feature-gates=GenericWorkload=true"));
+        let r = row(&o, ID);
+        assert_eq!(r.status, Status::Error, "1.{minor}: {r:?}");
+        assert!(
+            r.found
+                .contains("leave TopologyAwareWorkloadScheduling, CompositePodGroup off")
+                && r.found.contains("gang of its own"),
+            "{}",
+            r.found
+        );
+        assert_eq!(
+            r.action,
+            "kube-scheduler --feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true"
+        );
+        // CompositePodGroup on without its dependency: the scheduler does not start.
+        o.scheduler.flags = Some(flags_of(
+            "--feature-gates=GenericWorkload=true,CompositePodGroup=true",
+        ));
+        let r = row(&o, ID);
+        assert_eq!(r.status, Status::Error);
+        assert!(
+            r.found
+                .contains("leave TopologyAwareWorkloadScheduling off")
+                && r.found.contains("refuses to start"),
+            "{}",
+            r.found
+        );
+        o.scheduler.flags = None;
+        let r = row(&o, ID);
+        assert_eq!(r.status, Status::Unknown);
+        assert!(r.action.contains("--scheduler-flags"), "{}", r.action);
+        o.scheduler.flags = Some(flags_of("--feature-gates=CompositePodGroup=perhaps"));
+        assert_eq!(status(&o, ID), Status::Error);
+    }
+    // 1.38 serving them at v1alpha3 only: kube-scheduler 1.38 reads v1beta1.
+    let mut o = healthy(38);
+    o.served = Ok(vec![
+        sv("v1beta1", &["workloads", "podgroups"]),
+        sv(
+            "v1alpha3",
+            &["workloads", "podgroups", "compositepodgroups"],
+        ),
+    ]);
+    let r = row(&o, ID);
+    assert_eq!(r.status, Status::Error);
+    assert!(r.found.contains("but not at v1beta1"), "{}", r.found);
+    assert_eq!(
+        r.action,
+        "kube-apiserver --runtime-config=scheduling.k8s.io/v1beta1=true"
+    );
 }
 
 #[test]
@@ -736,7 +1007,7 @@ fn dynamic_resources_must_be_kept_out_of_the_gang_post_filter_in_every_profile()
 }
 
 #[test]
-fn upgrade_removals_are_warned_about_on_1_35_and_1_36() {
+fn upgrade_removals_are_warned_about_on_1_35_and_1_36_and_removed_gates_on_1_37_and_1_38() {
     const ID: &str = "trap/api-removal";
     let r = row(&healthy(35), ID);
     assert_eq!(r.status, Status::Warn);
@@ -744,7 +1015,72 @@ fn upgrade_removals_are_warned_about_on_1_35_and_1_36() {
     let r = row(&healthy(36), ID);
     assert_eq!(r.status, Status::Warn);
     assert!(r.found.contains("v1alpha2"), "{}", r.found);
-    assert_eq!(status(&healthy(37), ID), Status::Ok);
+    let r = row(&healthy(37), ID);
+    assert_eq!(r.status, Status::Ok);
+    assert!(
+        r.found.contains("serves CompositePodGroup at v1beta1")
+            && r.found
+                .contains("PodGroupPreemptionPolicy and DynamicResourceAllocation, which kube-scheduler's flags do not set"),
+        "{}",
+        r.found
+    );
+    assert_eq!(r.action, "", "no v1alpha3 composites to move");
+    let mut o = healthy(37);
+    o.served = Ok(vec![
+        sv("v1beta1", &["workloads", "podgroups"]),
+        sv(
+            "v1alpha3",
+            &["workloads", "podgroups", "compositepodgroups"],
+        ),
+    ]);
+    let r = row(&o, ID);
+    assert!(
+        r.action.contains("gangscaler convert --to 1.38"),
+        "{}",
+        r.action
+    );
+    o.scheduler.flags = Some(flags_of(
+        "--feature-gates=GenericWorkload=true,PodGroupPreemptionPolicy=true",
+    ));
+    let r = row(&o, ID);
+    assert_eq!(r.status, Status::Warn);
+    assert!(
+        r.found
+            .contains("kube-scheduler's flags set PodGroupPreemptionPolicy")
+            && r.action.contains("remove PodGroupPreemptionPolicy")
+            && r.action.contains("gangscaler convert --to 1.38"),
+        "{r:?}"
+    );
+    o.scheduler.flags = None;
+    let r = row(&o, ID);
+    assert_eq!(r.status, Status::Ok);
+    assert!(
+        r.action
+            .contains("remove PodGroupPreemptionPolicy and DynamicResourceAllocation"),
+        "{}",
+        r.action
+    );
+    // On 1.38 a removed gate still set stops the component.
+    let r = row(&healthy(38), ID);
+    assert_eq!(r.status, Status::Ok);
+    assert!(r.found.contains("no removal after 1.38"), "{}", r.found);
+    let mut o = healthy(38);
+    o.scheduler.flags = Some(flags_of(&format!(
+        "--feature-gates={},DynamicResourceAllocation=true",
+        row_gates(38)
+    )));
+    let r = row(&o, ID);
+    assert_eq!(r.status, Status::Error);
+    assert!(
+        r.found
+            .contains("DynamicResourceAllocation, which 1.38 removed"),
+        "{}",
+        r.found
+    );
+    o.scheduler.flags = None;
+    assert_eq!(status(&o, ID), Status::Ok);
+    o.server = Ok(v("v1.39.0"));
+    assert_eq!(status(&o, ID), Status::Unknown);
     let mut o = healthy(37);
     o.server = Err("down".to_owned());
     assert_eq!(status(&o, ID), Status::Unknown);
@@ -791,6 +1127,71 @@ fn enable_and_rollback_lines_name_the_minors_gates_and_api() {
             "--feature-gates=GenericWorkload=true",
             "--runtime-config=scheduling.k8s.io/v1beta1=true"
         ]
+    );
+    let api_off = lines
+        .rollback
+        .iter()
+        .find(|c| c.component == "kube-apiserver")
+        .unwrap();
+    assert_eq!(
+        api_off.flags[1],
+        "--runtime-config=scheduling.k8s.io/v1beta1=false,scheduling.k8s.io/v1alpha3=false"
+    );
+    assert!(
+        lines.enable[0]
+            .note
+            .contains("CompositePodGroup also needs scheduling.k8s.io/v1alpha3=true"),
+        "{}",
+        lines.enable[0].note
+    );
+    // 1.38: the e2e row's gates, CompositePodGroup at v1beta1 with the gang API.
+    let lines = report(&healthy(38)).lines.unwrap();
+    assert_eq!(lines.minor, "1.38");
+    let gates = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true";
+    assert_eq!(
+        lines.enable[0].flags,
+        [
+            format!("--feature-gates={gates}"),
+            "--runtime-config=scheduling.k8s.io/v1beta1=true".to_owned()
+        ]
+    );
+    assert!(
+        lines.enable[0]
+            .note
+            .contains("leave them out if you use neither"),
+        "{}",
+        lines.enable[0].note
+    );
+    for component in ["kube-controller-manager", "kube-scheduler"] {
+        let c = lines
+            .enable
+            .iter()
+            .find(|c| c.component == component)
+            .unwrap();
+        assert_eq!(c.flags, [format!("--feature-gates={gates}")], "{component}");
+    }
+    let api_off = lines
+        .rollback
+        .iter()
+        .find(|c| c.component == "kube-apiserver")
+        .unwrap();
+    assert_eq!(
+        api_off.flags,
+        [
+            "--feature-gates=GenericWorkload=false,TopologyAwareWorkloadScheduling=false,CompositePodGroup=false",
+            "--runtime-config=scheduling.k8s.io/v1beta1=false,scheduling.k8s.io/v1alpha3=false"
+        ]
+    );
+    assert!(
+        lines.warning.contains("spec.parentCompositePodGroupName"),
+        "{}",
+        lines.warning
+    );
+    assert!(
+        report(&healthy(38))
+            .checks
+            .iter()
+            .any(|c| c.id == "enable-lines" && c.status == Status::Ok)
     );
     let lines = report(&healthy(35)).lines.unwrap();
     assert!(lines.warning.contains("spec.workloadRef"));

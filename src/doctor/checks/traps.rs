@@ -2,12 +2,32 @@
 
 use serde_json::Value;
 
+use super::SchedulerGates;
 use crate::doctor::flags;
 use crate::doctor::{Observed, Row, Status};
 
-pub(super) fn rows(o: &Observed, minor: Option<u32>) -> Vec<Row> {
-    vec![scheduler_dra(o, minor), ca_gangs(o), api_removal(minor)]
+pub(super) fn rows(o: &Observed, minor: Option<u32>, scheduler_gates: &SchedulerGates) -> Vec<Row> {
+    vec![
+        scheduler_dra(o, minor),
+        ca_gangs(o),
+        api_removal(minor, scheduler_gates, v1alpha3_composites(o)),
+    ]
 }
+
+/// Whether `v1alpha3` serves `compositepodgroups` (1.37's CompositePodGroup version).
+fn v1alpha3_composites(o: &Observed) -> bool {
+    o.served.as_ref().is_ok_and(|s| {
+        s.iter().any(|v| {
+            v.version == "v1alpha3" && v.resources.iter().any(|r| r == "compositepodgroups")
+        })
+    })
+}
+
+/// The gates 1.38 removed that gang clusters of 1.37 may set (k8s.io/kubernetes
+/// v1.38.0-beta.0 `pkg/features` has neither): `preemptionPolicy` of PodGroups and their
+/// templates needs no gate from 1.38, and DRA was locked on since 1.35.
+pub(super) const REMOVED_IN_1_38: [&str; 2] =
+    ["PodGroupPreemptionPolicy", "DynamicResourceAllocation"];
 
 /// How a KubeSchedulerConfiguration keeps DynamicResources out of the gang post-filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +216,7 @@ fn ca_gangs(o: &Observed) -> Row {
         ID,
         Status::Ok,
         format!(
-            "{ca} has no gang semantics (1.35, 1.36 and 1.37 alike): it sees members pod by pod \
+            "{ca} has no gang semantics (1.35 to 1.38 alike): it sees members pod by pod \
              and may add part of a gang; gangscaler, as its externalgrpc provider, makes each \
              ask whole or refuses it"
         ),
@@ -204,8 +224,22 @@ fn ca_gangs(o: &Observed) -> Row {
     )
 }
 
-fn api_removal(minor: Option<u32>) -> Row {
+/// What the next minor removes; on 1.38, the removed gates still set. `composites`: the
+/// cluster serves v1alpha3 CompositePodGroups (1.37), which should move to v1beta1 for 1.38.
+fn api_removal(minor: Option<u32>, scheduler_gates: &SchedulerGates, composites: bool) -> Row {
     const ID: &str = "trap/api-removal";
+    // The 1.38-removed gates kube-scheduler's flags set (`None`: its flags are unknown or do
+    // not read; gate/GenericWorkload reports the latter).
+    let set: Option<Vec<&str>> = match scheduler_gates {
+        Some(Ok(g)) => Some(
+            REMOVED_IN_1_38
+                .into_iter()
+                .filter(|r| g.contains_key(*r))
+                .collect(),
+        ),
+        _ => None,
+    };
+    let removed = REMOVED_IN_1_38.join(" and ");
     match minor {
         Some(35) => Row::new(
             ID,
@@ -225,7 +259,97 @@ fn api_removal(minor: Option<u32>) -> Row {
              v1beta1, enable --runtime-config=scheduling.k8s.io/v1beta1=true, remove \
              GangScheduling from every --feature-gates",
         ),
-        Some(37) => Row::new(ID, Status::Ok, "no removal of v1beta1 known to doctor", ""),
+        Some(37) => {
+            let upgrade = "1.38 keeps Workload and PodGroup at v1beta1 (the same fields) and \
+                           serves CompositePodGroup at v1beta1 too (beta; it still serves v1alpha3 \
+                           when asked, but kube-scheduler 1.38 reads v1beta1 only)";
+            let convert = if composites {
+                "; move manifests and controllers that write v1alpha3 CompositePodGroups to \
+                 v1beta1 (gangscaler convert --to 1.38)"
+            } else {
+                ""
+            };
+            match set {
+                Some(set) if !set.is_empty() => Row::new(
+                    ID,
+                    Status::Warn,
+                    format!(
+                        "{upgrade}; it removes the gates {removed}, and kube-scheduler's flags set \
+                         {}: a component given an unknown gate refuses to start",
+                        set.join(", ")
+                    ),
+                    format!(
+                        "before upgrading to 1.38: remove {} from every component's \
+                         --feature-gates (preemptionPolicy needs no gate in 1.38; DRA stays \
+                         on){convert}",
+                        set.join(" and ")
+                    ),
+                ),
+                Some(_) => Row::new(
+                    ID,
+                    Status::Ok,
+                    format!(
+                        "{upgrade}; it removes the gates {removed}, which kube-scheduler's flags \
+                         do not set"
+                    ),
+                    convert
+                        .strip_prefix("; ")
+                        .map(|c| format!("before upgrading to 1.38: {c}"))
+                        .unwrap_or_default(),
+                ),
+                None => Row::new(
+                    ID,
+                    Status::Ok,
+                    format!(
+                        "{upgrade}; it removes the gates {removed} (kube-scheduler's flags \
+                         unknown: check that no component sets them)"
+                    ),
+                    format!(
+                        "before upgrading to 1.38: remove {removed} from every --feature-gates \
+                         that sets them{convert}"
+                    ),
+                ),
+            }
+        }
+        Some(38) => match set {
+            Some(set) if !set.is_empty() => Row::new(
+                ID,
+                Status::Error,
+                format!(
+                    "kube-scheduler's flags set {}, which 1.38 removed: a component given an \
+                     unknown gate refuses to start",
+                    set.join(", ")
+                ),
+                format!(
+                    "remove {} from every component's --feature-gates",
+                    set.join(" and ")
+                ),
+            ),
+            Some(_) => Row::new(
+                ID,
+                Status::Ok,
+                format!(
+                    "no removal after 1.38 known to doctor; the gates 1.38 removed ({removed}) \
+                     are not set in kube-scheduler's flags"
+                ),
+                "",
+            ),
+            None => Row::new(
+                ID,
+                Status::Ok,
+                format!(
+                    "no removal after 1.38 known to doctor; 1.38 removed the gates {removed} \
+                     (kube-scheduler's flags unknown: check that no component sets them)"
+                ),
+                "",
+            ),
+        },
+        Some(m) if m > 38 => Row::new(
+            ID,
+            Status::Unknown,
+            format!("1.{m} is newer than doctor knows"),
+            "",
+        ),
         _ => Row::new(ID, Status::Unknown, "the cluster's minor is unknown", ""),
     }
 }

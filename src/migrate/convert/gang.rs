@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Cx, Index, Severity, disruption, key, lookup, pod_group_template, show};
+use super::{
+    Cx, Index, Severity, composite_gate, disruption, key, lookup, pod_group_template, show,
+};
 use crate::migrate::api::{self, GangApi, GroupLink};
 use crate::migrate::doc::Node;
 
@@ -14,15 +16,7 @@ impl Cx<'_> {
         let Some(spec) = node.get_mut("spec") else {
             return;
         };
-        if to != GangApi::V1Beta1
-            && let Some(composite) = spec.remove("compositePodGroupTemplates")
-            && composite != Node::Null
-        {
-            self.find(
-                Severity::Lossy,
-                format!("spec.compositePodGroupTemplates dropped: {to} has no composite groups"),
-            );
-        }
+        self.composite_templates(spec, from);
         if let Some(entries) = spec.get_mut(from.groups_field()).and_then(Node::items_mut) {
             for (i, entry) in entries.iter_mut().enumerate() {
                 let path = format!("spec.{}[{i}]", to.groups_field());
@@ -36,6 +30,60 @@ impl Cx<'_> {
         }
         if to == GangApi::V1Beta1 {
             self.one_priority(spec);
+        }
+    }
+
+    /// `spec.compositePodGroupTemplates` (1.37+): kept where the target has composites (a note
+    /// names the gate kube-apiserver needs to keep it); dropped below 1.37, which is an error
+    /// when the Workload has no `podGroupTemplates` of its own (1.37+ allows exactly one of
+    /// the two lists, so a Workload of composites has none), lossy otherwise.
+    fn composite_templates(&mut self, spec: &mut Node, from: GangApi) {
+        let Some(composite) = spec
+            .get("compositePodGroupTemplates")
+            .filter(|c| **c != Node::Null)
+            .cloned()
+        else {
+            return;
+        };
+        let names: Vec<String> = composite
+            .items()
+            .unwrap_or_default()
+            .iter()
+            .map(|t| format!("{:?}", t.get_str("name").unwrap_or("?")))
+            .collect();
+        let names = names.join(", ");
+        let target = self.target;
+        if target.has_composites() {
+            self.find(
+                Severity::Note,
+                format!(
+                    "spec.compositePodGroupTemplates ({names}) kept: kube-apiserver 1.{} keeps it only with {}, and drops it otherwise",
+                    target.minor(),
+                    composite_gate(target)
+                ),
+            );
+            return;
+        }
+        spec.remove("compositePodGroupTemplates");
+        let own = spec
+            .get(from.groups_field())
+            .and_then(Node::items)
+            .is_some_and(|t| !t.is_empty());
+        if own {
+            self.find(
+                Severity::Lossy,
+                format!(
+                    "spec.compositePodGroupTemplates ({names}) dropped: {target} has no CompositePodGroup"
+                ),
+            );
+        } else {
+            self.find(
+                Severity::Error,
+                format!(
+                    "spec.compositePodGroupTemplates ({names}) cannot be expressed: {target} has no CompositePodGroup, and the Workload has no spec.{} of its own to keep; give each composite's pod groups a Workload of their own",
+                    from.groups_field()
+                ),
+            );
         }
     }
 
@@ -106,10 +154,13 @@ impl Cx<'_> {
             return;
         }
         self.shared_fields(entry, from, path);
+        if to == GangApi::V1Beta1 {
+            self.preemption_note(entry, path, false);
+        }
     }
 
     /// The fields a 1.36+ group entry and PodGroup spec share: `disruptionMode`,
-    /// `preemptionPolicy`.
+    /// `preemptionPolicy`, and the PodGroup's `parentCompositePodGroupName`.
     pub(super) fn shared_fields(&mut self, spec: &mut Node, from: GangApi, path: &str) {
         let to = self.to;
         if from != to
@@ -130,20 +181,71 @@ impl Cx<'_> {
                 }
             }
         }
-        if to != GangApi::V1Beta1 {
-            for field in ["preemptionPolicy", "parentCompositePodGroupName"] {
-                if let Some(value) = spec.remove(field)
-                    && value != Node::Null
-                {
-                    self.find(
-                        Severity::Lossy,
-                        format!(
-                            "{path}.{field} {} dropped: {to} has no such field",
-                            show(&value)
-                        ),
-                    );
-                }
-            }
+        if to != GangApi::V1Beta1
+            && let Some(value) = spec.remove("preemptionPolicy")
+            && value != Node::Null
+        {
+            self.find(
+                Severity::Lossy,
+                format!(
+                    "{path}.preemptionPolicy {} dropped: {to} has no such field",
+                    show(&value)
+                ),
+            );
+        }
+        self.parent_composite(spec, path);
+    }
+
+    /// A note on a kept `preemptionPolicy` (1.37+). kube-apiserver 1.37 keeps it only with the
+    /// alpha gate `PodGroupPreemptionPolicy`; 1.38 needs no gate. On a PodGroup or
+    /// CompositePodGroup (`object`), the Priority admission of 1.38 (and of 1.37 with the
+    /// gate) also refuses a value other than the one of the object's PriorityClass.
+    pub(super) fn preemption_note(&mut self, spec: &Node, path: &str, object: bool) {
+        let Some(value) = spec.get("preemptionPolicy").filter(|v| **v != Node::Null) else {
+            return;
+        };
+        let admission = "kube-apiserver's Priority admission refuses a value other than the preemptionPolicy of the PriorityClass the object names (of the default class without one; PreemptLowerPriority without either)";
+        let message = match (self.target.minor(), object) {
+            (37, false) => "kube-apiserver 1.37 keeps it only with the PodGroupPreemptionPolicy gate (alpha, off by default), and drops it otherwise; 1.38 needs no gate".to_owned(),
+            (37, true) => format!(
+                "kube-apiserver 1.37 keeps it only with the PodGroupPreemptionPolicy gate (alpha, off by default), and drops it otherwise; with the gate on, and always on 1.38, {admission}"
+            ),
+            (m, true) if m >= 38 => format!("on 1.{m}, {admission}"),
+            _ => return,
+        };
+        self.find(
+            Severity::Note,
+            format!("{path}.preemptionPolicy {} kept: {message}", show(value)),
+        );
+    }
+
+    /// `parentCompositePodGroupName` (1.37+): kept where the target has CompositePodGroups (a
+    /// note names the gate kube-apiserver needs to keep it), dropped, lossy, below 1.37.
+    fn parent_composite(&mut self, spec: &mut Node, path: &str) {
+        const FIELD: &str = "parentCompositePodGroupName";
+        let Some(value) = spec.get(FIELD).filter(|v| **v != Node::Null).cloned() else {
+            return;
+        };
+        let target = self.target;
+        if target.has_composites() {
+            self.find(
+                Severity::Note,
+                format!(
+                    "{path}.{FIELD} {} kept: kube-apiserver 1.{} keeps it only with {}, and drops it otherwise (the PodGroup is then a gang of its own)",
+                    show(&value),
+                    target.minor(),
+                    composite_gate(target)
+                ),
+            );
+        } else {
+            spec.remove(FIELD);
+            self.find(
+                Severity::Lossy,
+                format!(
+                    "{path}.{FIELD} {} dropped: {target} has no CompositePodGroup, so the PodGroup becomes a gang of its own",
+                    show(&value)
+                ),
+            );
         }
     }
 
@@ -285,6 +387,9 @@ impl Cx<'_> {
             );
         }
         self.shared_fields(spec, from, "spec");
+        if to == GangApi::V1Beta1 {
+            self.preemption_note(spec, "spec", true);
+        }
     }
 
     /// 1.35 has no PodGroup: one made from a Workload in the input folds into it; one
