@@ -288,6 +288,11 @@ pub(crate) fn condition(conditions: &[Condition], type_: &str) -> Option<Schedul
         })
 }
 
+/// `value` unless it is empty.
+pub(crate) fn non_empty(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.is_empty())
+}
+
 /// The "object has no name" problem, when it has none.
 pub(crate) fn require_name(object: &GangObject) -> Option<Reading> {
     object.name().is_empty().then(|| {

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::adapters::{
     Adapter, Condition, GroupDef, GroupKey, PolicySpec, Reading, condition, created, decode,
-    decode_field, require_name,
+    decode_field, non_empty, require_name,
 };
 use super::objects::GangObject;
 use super::problem::Issue;
@@ -141,9 +141,7 @@ pub(crate) fn read_pod_group(object: &GangObject, condition_type: &str) -> Vec<R
         priority: spec.priority,
         scheduled: condition(&status.conditions, condition_type),
         created_unix,
-        parent: spec
-            .parent_composite_pod_group_name
-            .filter(|p| !p.is_empty()),
+        parent: non_empty(spec.parent_composite_pod_group_name),
     }));
     readings
 }

@@ -16,7 +16,7 @@
 use serde::Deserialize;
 
 use super::adapters::{
-    Adapter, CompositeDef, Reading, condition, created, decode_field, require_name,
+    Adapter, CompositeDef, Reading, condition, created, decode_field, non_empty, require_name,
 };
 use super::objects::GangObject;
 use super::problem::Issue;
@@ -136,9 +136,7 @@ fn read_composite(object: &GangObject) -> Vec<Reading> {
         priority: spec.priority,
         scheduled: condition(&status.conditions, COMPOSITE_INITIALLY_SCHEDULED),
         created_unix,
-        parent: spec
-            .parent_composite_pod_group_name
-            .filter(|p| !p.is_empty()),
+        parent: non_empty(spec.parent_composite_pod_group_name),
     }));
     readings
 }

@@ -510,22 +510,32 @@ fn pod_link(o: &Observed, api: Option<&GangApiRequirements>) -> Row {
     }
 }
 
+/// kube-scheduler's `--feature-gates` (`None` when its flags are unknown), or row `id` in
+/// error when they do not read.
+fn read_gates<'a>(
+    id: &'static str,
+    scheduler_gates: &'a SchedulerGates,
+) -> Result<Option<&'a std::collections::BTreeMap<String, bool>>, Row> {
+    match scheduler_gates {
+        Some(Ok(g)) => Ok(Some(g)),
+        Some(Err(e)) => Err(Row::new(
+            id,
+            Status::Error,
+            format!("kube-scheduler's --feature-gates do not read: {e}"),
+            "fix kube-scheduler's --feature-gates",
+        )),
+        None => Ok(None),
+    }
+}
+
 fn gang_scheduling(minor: Option<u32>, scheduler_gates: &SchedulerGates) -> Row {
     const ID: &str = "gate/GangScheduling";
     let Some(minor) = minor.filter(|m| gang_api(*m).is_some()) else {
         return Row::new(ID, Status::Unknown, "the cluster's minor is unknown", "");
     };
-    let gates = match scheduler_gates {
-        Some(Ok(g)) => Some(g),
-        Some(Err(e)) => {
-            return Row::new(
-                ID,
-                Status::Error,
-                format!("kube-scheduler's --feature-gates do not read: {e}"),
-                "fix kube-scheduler's --feature-gates",
-            );
-        }
-        None => None,
+    let gates = match read_gates(ID, scheduler_gates) {
+        Ok(g) => g,
+        Err(row) => return row,
     };
     if minor >= 37 {
         return match gates.and_then(|g| g.get("GangScheduling")) {

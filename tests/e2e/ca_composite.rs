@@ -86,14 +86,13 @@ fn added(decisions: &[DecisionEvent]) -> u32 {
         .sum()
 }
 
-async fn two_groups(policy: &str) {
-    if !composites_served() {
-        return;
-    }
+/// Starts `name` under `policy` with groups `gpu-a` (max 4) and `gpu-b` (max `gpu_b_max`), and
+/// creates composite `job`: children `job-a` (2 whole nodes of gpu-a) and `job-b` (2 of gpu-b).
+async fn start_job(name: &str, policy: &str, gpu_b_max: u32) -> (Scenario, Instant) {
     let setup = Setup::new(
-        "ca-composite-two-groups",
+        name,
         policy,
-        vec![Group::new("gpu-a", 4), Group::new("gpu-b", 4)],
+        vec![Group::new("gpu-a", 4), Group::new("gpu-b", gpu_b_max)],
     );
     let s = Scenario::start(setup).await;
     s.sampler.begin();
@@ -104,6 +103,14 @@ async fn two_groups(policy: &str) {
         &[child("job-a", 2, "gpu-a"), child("job-b", 2, "gpu-b")],
     )
     .await;
+    (s, created)
+}
+
+async fn two_groups(policy: &str) {
+    if !composites_served() {
+        return;
+    }
+    let (s, created) = start_job("ca-composite-two-groups", policy, 4).await;
     let a = s.wait_running("job-a", 2, Duration::from_secs(180)).await;
     let b = s.wait_running("job-b", 2, Duration::from_secs(60)).await;
     let formed = created.elapsed().as_secs_f64();
@@ -232,21 +239,8 @@ async fn second_child_too_big(policy: &str) {
         return;
     }
     let window = Duration::from_secs(90);
-    let setup = Setup::new(
-        "ca-composite-second-child-too-big",
-        policy,
-        vec![Group::new("gpu-a", 4), Group::new("gpu-b", 1)],
-    );
-    let mut s = Scenario::start(setup).await;
-    s.sampler.begin();
     // job-b needs two whole nodes of gpu-b, whose max is 1.
-    let created = create_composite(
-        &s,
-        "job",
-        2,
-        &[child("job-a", 2, "gpu-a"), child("job-b", 2, "gpu-b")],
-    )
-    .await;
+    let (mut s, created) = start_job("ca-composite-second-child-too-big", policy, 1).await;
     while created.elapsed() < window {
         s.assert_running();
         tokio::time::sleep(Duration::from_secs(1)).await;

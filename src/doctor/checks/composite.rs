@@ -35,17 +35,9 @@ pub(super) fn row(
         );
     };
     let minor = api.minor();
-    let gates = match scheduler_gates {
-        Some(Ok(g)) => Some(g),
-        Some(Err(e)) => {
-            return Row::new(
-                ID,
-                Status::Error,
-                format!("kube-scheduler's --feature-gates do not read: {e}"),
-                "fix kube-scheduler's --feature-gates",
-            );
-        }
-        None => None,
+    let gates = match super::read_gates(ID, scheduler_gates) {
+        Ok(g) => g,
+        Err(row) => return row,
     };
     let Some(composite) = api.composite else {
         return match gates.and_then(|g| g.get(GATE)) {
