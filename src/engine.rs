@@ -376,18 +376,31 @@ impl Engine {
                 stale,
             },
         };
-        // A pending composite may take nodes of other groups in this decision: read their
-        // targets (a group whose target cannot be read takes no share).
-        let others = if admission.composites_pending(now).map_err(unavailable)? {
+        let view = admission.view(now).map_err(unavailable)?;
+        // A composite with a child this group hosts may take nodes of other groups in this
+        // decision: read their targets (a group whose target cannot be read takes no share).
+        let others = if admission.needs_other_groups(&view, g, &cfg.provider.gpu_label) {
             self.other_targets(&cfg, g).await
         } else {
             Vec::new()
         };
         let others: Vec<(&NodeGroupSpec, u32)> =
             others.iter().map(|(i, t)| (&cfg.groups[*i], *t)).collect();
-        let (mut decision, mut companions) = admission
-            .decide(g, &cfg.provider.gpu_label, target, delta, &others, now)
-            .map_err(unavailable)?;
+        let (mut decision, mut companions) = admission.decide_in(
+            &view,
+            g,
+            &cfg.provider.gpu_label,
+            target,
+            delta,
+            &others,
+            now,
+        );
+        drop(view);
+        // Each other group's spec and backend, looked up once.
+        let shares = companions
+            .iter()
+            .map(|c| self.companion(&cfg, &c.group))
+            .collect::<Result<Vec<_>>>()?;
         decision.reservation_off = self.reservation_off(g, &cfg.provider.gpu_label);
         self.metrics.composites(
             decision.composites.len(),
@@ -397,8 +410,7 @@ impl Engine {
                 .filter(|d| d.gang.kind == "CompositePodGroup")
                 .count(),
         );
-        for c in &mut companions {
-            let (cg, cb) = self.companion(&cfg, &c.group)?;
+        for (c, (cg, cb)) in companions.iter_mut().zip(&shares) {
             self.read_backend_blocker(cg, cb.as_ref()).await?;
             c.reservation_off = self.reservation_off(cg, &cfg.provider.gpu_label);
         }
@@ -419,12 +431,8 @@ impl Engine {
         // Record before acting: every decision of a cross-group scale-up is durable before any
         // node is requested, so no node is ever added without the record of why.
         let mut recorded: Vec<(&NodeGroupSpec, Option<String>)> = Vec::new();
-        for d in std::iter::once(&decision).chain(&companions) {
-            let dg = if d.group == g.id {
-                g
-            } else {
-                self.companion(&cfg, &d.group)?.0
-            };
+        let groups = std::iter::once(g).chain(shares.iter().map(|(cg, _)| *cg));
+        for (d, dg) in std::iter::once(&decision).chain(&companions).zip(groups) {
             match self.record_decision(d, now_ms) {
                 Ok(id) => recorded.push((dg, id)),
                 Err(why) => {
@@ -445,9 +453,8 @@ impl Engine {
         // The other groups' shares first: if one fails, the group CA asked for adds nothing
         // and the shares already added are taken back, so no composite is scaled up in part.
         let mut added: Vec<(&NodeGroupSpec, u32)> = Vec::new();
-        for c in &companions {
-            let (cg, cb) = self.companion(&cfg, &c.group)?;
-            let cg = self.maybe_unreserved(cg, c);
+        for (c, (spec, cb)) in companions.iter().zip(&shares) {
+            let cg = self.maybe_unreserved(spec, c);
             let result = cb.increase(&cg, c.applied_delta).await;
             self.observe(&cg, "increase", &result);
             self.note_increase(&cg, &result);
@@ -461,7 +468,7 @@ impl Engine {
                 self.fail_recorded(&recorded, &reason);
                 return Err(e.into());
             }
-            added.push((self.companion(&cfg, &c.group)?.0, c.applied_delta));
+            added.push((*spec, c.applied_delta));
         }
         let g = &self.maybe_unreserved(g, &decision);
         let result = backend.increase(g, decision.applied_delta).await;

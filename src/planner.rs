@@ -34,7 +34,7 @@ pub use admit::{
 pub use capacity::{Capacity, GangShape, GroupCapacity, ShapeCapacity, Threshold, capacity};
 pub use composite::{
     CompositeAdmission, CompositeDeferral, CompositeInput, CompositePlan, CompositePreview,
-    GroupSlot, combine, place_composites, preview,
+    GroupSlot, combine, considers_composites, place_composites, preview,
 };
 pub use explain::Reason;
 pub use fit::{GangFit, check_pod, fit, nodes_for_pods};

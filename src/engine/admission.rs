@@ -127,21 +127,32 @@ impl Admission {
         )
     }
 
-    /// Whether the gang view holds a composite that has not formed: then a decision may place
-    /// children on other groups, and needs their target sizes ([`Admission::decide`]'s
-    /// `others`).
+    /// The gang view one decision is made from ([`Admission::decide_in`]).
     ///
     /// # Errors
-    /// [`Unavailable`], as [`Admission::decide`].
-    pub fn composites_pending(&self, now_unix: i64) -> Result<bool, Unavailable> {
-        let view = self.source.view(now_unix)?;
-        Ok(view.composites.iter().any(|c| !c.is_formed(&view.gangs)))
+    /// [`Unavailable`] while the gang source has not synced or may be behind the cluster.
+    pub fn view(&self, now_unix: i64) -> Result<GangView, Unavailable> {
+        self.source.view(now_unix)
     }
 
-    /// Decides an increase of `group` (at `target`) by CA's `ca_delta`, with the other groups
-    /// composites may take a share of (`others`, each with its target size, in configuration
-    /// order; empty when no composite is pending). Gives the decision for `group` and one per
-    /// other group that adds nodes for a composite admitted here.
+    /// Whether an increase of `group` may take shares of other groups for a composite in
+    /// `view` (see [`planner::considers_composites`]): only then does the decision need the
+    /// other groups' target sizes (`others` of [`Admission::decide_in`]).
+    pub fn needs_other_groups(
+        &self,
+        view: &GangView,
+        group: &NodeGroupSpec,
+        gpu_label: &str,
+    ) -> bool {
+        if self.policy == Policy::Off || view.composites.is_empty() {
+            return false;
+        }
+        NodeShape::from_group(group, gpu_label).is_some_and(|shape| {
+            planner::considers_composites(&view.composites, &view.gangs, &shape)
+        })
+    }
+
+    /// [`Admission::decide_in`] a view read now.
     ///
     /// # Errors
     /// [`Unavailable`] while the gang source has not synced or may be behind the cluster: a
@@ -156,9 +167,30 @@ impl Admission {
         others: &[(&NodeGroupSpec, u32)],
         now_unix: i64,
     ) -> Result<(Decision, Vec<Decision>), Unavailable> {
-        let view = self.source.view(now_unix)?;
+        let view = self.view(now_unix)?;
+        Ok(self.decide_in(&view, group, gpu_label, target, ca_delta, others, now_unix))
+    }
+
+    /// Decides an increase of `group` (at `target`) by CA's `ca_delta` from `view`, with the other groups
+    /// composites may take a share of (`others`, each with its target size, in configuration
+    /// order; empty when no composite is pending). Gives the decision for `group` and one per
+    /// other group that adds nodes for a composite admitted here.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one decision's inputs, each named"
+    )]
+    pub fn decide_in(
+        &self,
+        view: &GangView,
+        group: &NodeGroupSpec,
+        gpu_label: &str,
+        target: u32,
+        ca_delta: u32,
+        others: &[(&NodeGroupSpec, u32)],
+        now_unix: i64,
+    ) -> (Decision, Vec<Decision>) {
         let shape = NodeShape::from_group(group, gpu_label);
-        let (in_flight, elsewhere) = self.in_flight_for(&view, &group.id, now_unix);
+        let (in_flight, elsewhere) = self.in_flight_for(view, &group.id, now_unix);
         // Composites first: their children never go through the per-group admission.
         let mut shapes: Vec<(&NodeGroupSpec, Option<NodeShape>, u32)> =
             std::iter::once((group, shape.clone(), target))
@@ -181,7 +213,8 @@ impl Admission {
             })
             .collect();
         let ledger = self.ledger();
-        let plan = if self.policy == Policy::Off || view.composites.is_empty() {
+        let composites_on = self.policy != Policy::Off && !view.composites.is_empty();
+        let plan = if !composites_on {
             CompositePlan::default()
         } else {
             planner::place_composites(&CompositeInput {
@@ -194,16 +227,16 @@ impl Admission {
         };
         let here = plan.nodes_on(&group.id);
         let singles: Vec<Arc<Gang>>;
-        let gangs: &[Arc<Gang>] = if self.policy == Policy::Off || view.composites.is_empty() {
-            &view.gangs
-        } else {
+        let gangs: &[Arc<Gang>] = if composites_on {
             singles = view
                 .gangs
                 .iter()
-                .filter(|g| view.composite_of(g).is_none())
+                .filter(|g| !plan.children.contains(&g.id))
                 .cloned()
                 .collect();
             &singles
+        } else {
+            &view.gangs
         };
         let deferred_composites = plan.deferred_gangs();
         let ungrouped_nodes = shape.as_ref().map_or(0, |shape| {
@@ -228,7 +261,7 @@ impl Admission {
             ungrouped_nodes,
             deferred_composites: &deferred_composites,
         });
-        Ok(planner::combine(base, &plan, &slots, ca_delta))
+        planner::combine(base, &plan, &slots, ca_delta)
     }
 
     /// The in-flight ledger as composite admission reads it.

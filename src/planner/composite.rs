@@ -184,18 +184,8 @@ pub fn place_composites(input: &CompositeInput<'_>) -> CompositePlan {
             .then_with(|| a.id.cmp(&b.id))
     });
     for composite in order {
-        let children: Vec<&Gang> = composite
-            .children
-            .iter()
-            .filter_map(|id| {
-                let i = input.gangs.binary_search_by(|g| g.id.cmp(id)).ok()?;
-                Some(input.gangs[i].as_ref())
-            })
-            .collect();
-        let relevant = children
-            .iter()
-            .any(|g| g.is_pending() && fit_counts(g, asked_shape).is_ok());
-        if !relevant {
+        let children = children_of(composite, input.gangs);
+        if !hosts_a_pending_child(&children, asked_shape) {
             continue;
         }
         match place_one(input, composite, &children, asked_shape, &left) {
@@ -222,6 +212,40 @@ pub fn place_composites(input: &CompositeInput<'_>) -> CompositePlan {
         }
     }
     plan
+}
+
+/// The child gangs of `composite` found in `gangs` (sorted by id).
+fn children_of<'g>(composite: &Composite, gangs: &'g [Arc<Gang>]) -> Vec<&'g Gang> {
+    composite
+        .children
+        .iter()
+        .filter_map(|id| {
+            let i = gangs.binary_search_by(|g| g.id.cmp(id)).ok()?;
+            Some(gangs[i].as_ref())
+        })
+        .collect()
+}
+
+/// Whether a pending child among `children` fits a node of `shape`: only then does an
+/// increase of that group consider the composite.
+fn hosts_a_pending_child(children: &[&Gang], shape: &NodeShape) -> bool {
+    children
+        .iter()
+        .any(|g| g.is_pending() && fit_counts(g, shape).is_ok())
+}
+
+/// Whether an increase of the group of `shape` considers any composite: one that has not
+/// formed has a pending child (in `gangs`, sorted by id) that fits the group's nodes. Only
+/// then may the decision take shares of other groups (and need their target sizes).
+pub fn considers_composites(
+    composites: &[Composite],
+    gangs: &[Arc<Gang>],
+    shape: &NodeShape,
+) -> bool {
+    composites
+        .iter()
+        .filter(|c| !c.is_formed(gangs))
+        .any(|c| hosts_a_pending_child(&children_of(c, gangs), shape))
 }
 
 /// Places one composite's pending children on `left`; returns the admission and the headroom
