@@ -33,6 +33,19 @@ pub struct FieldError {
     pub value: Option<String>,
     /// What is wrong.
     pub message: String,
+    /// The environment variable that set the value, when one did.
+    pub env: Option<Box<EnvOrigin>>,
+}
+
+/// An environment variable that overrode a setting of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvOrigin {
+    /// The variable's name, as set.
+    pub variable: String,
+    /// Its value, as set.
+    pub value: String,
+    /// The value the file had there, rendered (`None`: the file does not set it).
+    pub replaced: Option<String>,
 }
 
 impl fmt::Display for FieldError {
@@ -46,6 +59,17 @@ impl fmt::Display for FieldError {
         )?;
         if let Some(v) = &self.value {
             write!(f, " (got {v})")?;
+        }
+        if let Some(env) = &self.env {
+            write!(
+                f,
+                "; set by environment variable {}={:?}",
+                env.variable, env.value
+            )?;
+            match &env.replaced {
+                Some(old) => write!(f, " in place of {old} from the file")?,
+                None => write!(f, " (the file does not set it)")?,
+            }
         }
         Ok(())
     }
@@ -195,6 +219,14 @@ pub const DEFAULT_TLS_POLL_INTERVAL: Duration = Duration::from_secs(5);
 pub struct ConnectionSettings {
     /// Open connections at most; one more is closed as soon as it is accepted (`max`).
     pub max: usize,
+    /// Open connections from one source address at most (`maxPerPeer`); at most `max`.
+    pub max_per_peer: usize,
+    /// Slots of `max` that only addresses which completed a mutual-TLS handshake in the last
+    /// hour may take (`reservedForCertified`); below `max`. Unused in plaintext.
+    pub reserved_for_certified: usize,
+    /// Open connections from one source address at most on the metrics listener
+    /// (`metricsMaxPerPeer`), which serves at most [`crate::http::MAX_CONNECTIONS`].
+    pub metrics_max_per_peer: usize,
     /// Time from accepting a connection to its first HTTP/2 bytes, the TLS handshake
     /// included; a connection that takes longer is closed (`handshakeTimeout`).
     pub handshake_timeout: Duration,
@@ -210,10 +242,15 @@ pub struct ConnectionSettings {
 }
 
 impl Default for ConnectionSettings {
-    /// 256 connections, 10s handshake, 5m idle, a ping every 30s answered within 20s.
+    /// 256 connections, 32 per source address, 16 reserved for certified clients, 8 per
+    /// address on the metrics listener, 10s handshake, 5m idle, a ping every 30s answered
+    /// within 20s.
     fn default() -> Self {
         Self {
             max: 256,
+            max_per_peer: 32,
+            reserved_for_certified: 16,
+            metrics_max_per_peer: 8,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5 * 60),
             keepalive_interval: Duration::from_secs(30),

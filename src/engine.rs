@@ -30,6 +30,7 @@ use crate::model::{
 };
 use crate::provision::{self, NodeRef, Provisioner};
 use crate::scaleup::{InstanceSource, InstancesError, Recorder};
+use crate::telemetry::Chain;
 
 /// Engine errors; `grpc::status` maps each to one gRPC code.
 #[derive(Debug, thiserror::Error)]
@@ -459,7 +460,7 @@ impl Engine {
             self.observe(&cg, "increase", &result);
             self.note_increase(&cg, &result);
             if let Err(e) = result {
-                warn!(node_group.id = %c.group, asked = %g.id, error = %e, "a composite's share failed: the cross-group scale-up is withdrawn");
+                warn!(node_group.id = %c.group, asked = %g.id, error = %Chain(&e), "a composite's share failed: the cross-group scale-up is withdrawn");
                 self.withdraw(&added).await;
                 let reason = format!(
                     "the backend failed the increase of node group {}: {e}",

@@ -15,6 +15,7 @@ use tracing::{debug, warn};
 
 use crate::model::GangRef;
 use crate::planner::Decision;
+use crate::telemetry::Chain;
 
 /// The `reportingController` of our events.
 pub const REPORTING_CONTROLLER: &str = "gangscaler.io/admission";
@@ -164,7 +165,7 @@ impl EventPublisher {
                 debug!(pod_group.namespace = %gang.namespace, pod_group.name = %gang.name, reason, "event published")
             }
             Err(e) => {
-                warn!(pod_group.namespace = %gang.namespace, pod_group.name = %gang.name, reason, error = %e, "publishing an event failed")
+                warn!(pod_group.namespace = %gang.namespace, pod_group.name = %gang.name, reason, error = %Chain(&e), "publishing an event failed")
             }
         }
     }

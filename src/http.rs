@@ -10,13 +10,14 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
+use crate::peers::{Limits, Peers, Refused};
 use crate::readiness::Readiness;
+use crate::telemetry::Chain;
 
 /// Shared state of the HTTP endpoints.
 #[derive(Debug, Clone)]
@@ -28,6 +29,9 @@ pub struct Endpoints {
     /// A connection whose request headers have not arrived this long after it opened (or
     /// after its previous response) is closed; `server.connections.handshakeTimeout`.
     pub header_timeout: Duration,
+    /// Open connections from one source address at most;
+    /// `server.connections.metricsMaxPerPeer`.
+    pub max_per_peer: usize,
 }
 
 impl Endpoints {
@@ -65,11 +69,23 @@ impl Endpoints {
     }
 
     /// Serves connections from `listener` until `shutdown` is cancelled: at most
-    /// [`MAX_CONNECTIONS`] at a time (more are closed at once), each closed if its request
-    /// headers take longer than `header_timeout`; accept errors such as running out of file
-    /// descriptors pause the loop (10ms doubling to 1s) and are logged at most once per 10s.
+    /// [`MAX_CONNECTIONS`] at a time and `max_per_peer` from one source address (more are
+    /// closed at once and counted in `gangscaler_connections_refused_total`), each closed if
+    /// its request headers take longer than `header_timeout`; accept errors such as running
+    /// out of file descriptors pause the loop (10ms doubling to 1s) and are logged at most
+    /// once per 10s.
     pub async fn serve(self, listener: TcpListener, shutdown: CancellationToken) {
-        let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let refused = self.metrics.connections.clone();
+        let peers = Peers::with_hook(
+            Limits {
+                max: MAX_CONNECTIONS,
+                max_per_peer: self.max_per_peer,
+                reserved: 0,
+            },
+            Some(Arc::new(move |why: Refused| {
+                refused.refused("metrics", why.label());
+            })),
+        );
         let mut backoff = Duration::ZERO;
         let mut last_warning: Option<Instant> = None;
         loop {
@@ -95,7 +111,7 @@ impl Endpoints {
                         (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
                     if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
                         last_warning = Some(crate::clock::mono());
-                        warn!(error = %e, backoff_ms = backoff.as_millis(), "accepting http connection failed; backing off");
+                        warn!(error = %Chain(&e), backoff_ms = backoff.as_millis(), "accepting http connection failed; backing off");
                     }
                     tokio::select! {
                         () = shutdown.cancelled() => return,
@@ -104,9 +120,12 @@ impl Endpoints {
                 }
             };
             backoff = Duration::ZERO;
-            let Ok(permit) = permits.clone().try_acquire_owned() else {
-                debug!(%peer, limit = MAX_CONNECTIONS, "http connection refused: limit reached");
-                continue;
+            let permit = match peers.admit(peer.ip()) {
+                Ok(slot) => slot,
+                Err(why) => {
+                    debug!(%peer, limit = MAX_CONNECTIONS, max_per_peer = self.max_per_peer, reason = why.label(), "http connection refused");
+                    continue;
+                }
             };
             let endpoints = self.clone();
             let header_timeout = self.header_timeout;
@@ -124,7 +143,7 @@ impl Endpoints {
                 tokio::select! {
                     () = shutdown.cancelled() => {}
                     r = conn => if let Err(e) = r {
-                        debug!(error = %e, %peer, "http connection ended with an error");
+                        debug!(error = %Chain(&e), %peer, "http connection ended with an error");
                     },
                 }
             });

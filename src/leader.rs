@@ -32,6 +32,7 @@ pub mod memory;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::telemetry::Chain;
 use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -491,9 +492,9 @@ impl Elector {
     fn store_failed(&mut self, what: &'static str, e: &Error) {
         self.failures += 1;
         if self.failures == 1 {
-            warn!(lease = %self.store.describe(), error = %e, what, "lease request failed; retrying every retryPeriod");
+            warn!(lease = %self.store.describe(), error = %Chain(&e), what, "lease request failed; retrying every retryPeriod");
         } else {
-            debug!(lease = %self.store.describe(), error = %e, what, failures = self.failures, "lease request failed");
+            debug!(lease = %self.store.describe(), error = %Chain(&e), what, failures = self.failures, "lease request failed");
         }
     }
 
@@ -607,7 +608,7 @@ impl Elector {
             Ok(Ok(true)) => info!(lease = %self.store.describe(), "released the lease"),
             Ok(Ok(false)) => {}
             Ok(Err(e)) => {
-                warn!(lease = %self.store.describe(), error = %e, "releasing the lease failed; the next leader waits for it to expire")
+                warn!(lease = %self.store.describe(), error = %Chain(&e), "releasing the lease failed; the next leader waits for it to expire")
             }
             Err(_) => {
                 warn!(lease = %self.store.describe(), "releasing the lease timed out; the next leader waits for it to expire")

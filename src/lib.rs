@@ -9,26 +9,27 @@
 //! main       ─► cli, telemetry, signals
 //! cli        ─► server, webhook, scaleup, audit, planner, cluster, config,
 //!               provision, migrate, doctor, telemetry, trace, model, yaml, clock
-//! webhook    ─► server (TLS, connections), migrate, model, config
-//! doctor     ─► provision, migrate, planner, cluster, model, yaml
+//! webhook    ─► server (TLS, connections), migrate, model, config, telemetry
+//! doctor     ─► provision, migrate, planner, cluster, model, yaml, telemetry
 //! server     ─► grpc, http, engine, scaleup, provision, cluster, audit, events, config,
-//!               leader, metrics, readiness, telemetry, planner, model, clock
-//! grpc       ─► engine, provision, metrics, model, proto, clock,
-//!               cluster, leader, telemetry                       (these three in tests)
+//!               leader, metrics, readiness, telemetry, planner, model, clock, peers
+//! grpc       ─► engine, provision, metrics, model, proto, clock, telemetry,
+//!               cluster, leader                                  (these two in tests)
 //! engine     ─► scaleup, planner, provision, cluster, audit, config, events, leader,
-//!               metrics, model, clock
-//! scaleup    ─► cluster, audit, events, metrics, planner, model,
+//!               metrics, model, clock, telemetry
+//! scaleup    ─► cluster, audit, events, metrics, planner, model, telemetry,
 //!               yaml                                             (in tests; never engine)
-//! provision  ─► cluster, config, model, clock
+//! provision  ─► cluster, config, model, clock, telemetry
 //! audit      ─► planner, model, telemetry                        (never scaleup)
-//! events     ─► planner, model, clock
-//! config     ─► audit, planner, model, yaml
-//! cluster    ─► model, yaml, clock, planner                      (planner in tests)
+//! events     ─► planner, model, clock, telemetry
+//! config     ─► audit, planner, model, yaml, http                (http: a limit)
+//! cluster    ─► model, yaml, clock, telemetry, planner           (planner in tests)
 //! trace      ─► planner, model, yaml
 //! migrate    ─► yaml
 //! planner    ─► model
-//! leader     ─► config, metrics, clock
-//! http       ─► metrics, readiness, clock
+//! leader     ─► config, metrics, clock, telemetry
+//! http       ─► metrics, readiness, clock, peers, telemetry
+//! peers      ─► clock
 //! metrics    ─► clock                                            (in tests)
 //! testing    ─► config, model                 (test and bench builders, test builds only)
 //! model, readiness, signals, telemetry, yaml, proto, clock: nothing of ours
@@ -55,6 +56,8 @@
 //! - [`server`]: wires TLS, the gRPC server, the HTTP endpoints, the scale-up loop and
 //!   shutdown.
 //! - [`clock`]: the one place that reads the wall clock and the monotonic clock.
+//! - [`peers`]: which connections a listener takes, by source address (per-peer limits and
+//!   the slots reserved for certified clients).
 //! - [`metrics`], [`http`], [`telemetry`]: Prometheus families, `/metrics` and health
 //!   endpoints, logging.
 //! - [`migrate`]: the gang API versions as shapes and the manifest converter behind
@@ -83,6 +86,7 @@ pub mod leader;
 pub mod metrics;
 pub mod migrate;
 pub mod model;
+pub mod peers;
 pub mod planner;
 pub mod provision;
 pub mod readiness;

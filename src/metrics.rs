@@ -5,8 +5,10 @@
 //! backends, operations, outcomes, node groups from the configuration). Every metric is listed
 //! in `docs/metrics.md`.
 
+mod connections;
 mod process;
 
+pub use connections::{ConnectionMetrics, RefusedLabels};
 pub use process::{ProcessCollector, Sample as ProcessSample};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -146,6 +148,11 @@ pub struct Metrics {
     /// 1 while the audit log's last append reached the disk (or there is no audit log), 0 while
     /// it cannot be written and scale-ups are refused.
     pub audit_writable: Gauge,
+    /// Lines of the audit log that could not be read back when it was last opened (their
+    /// records, open scale-ups included, are not tracked).
+    pub audit_unreadable_lines: Gauge,
+    /// Connections the listeners refused.
+    pub connections: ConnectionMetrics,
     /// Scale-up request → gang formed, by node group.
     pub formation_seconds: Family<GroupLabels, Histogram>,
     /// Scale-up request → success (formed, volumes attached, minCount members running).
@@ -286,6 +293,8 @@ impl Metrics {
             admission_composites: Family::default(),
             audit_write_failures: Counter::default(),
             audit_writable: Gauge::default(),
+            audit_unreadable_lines: Gauge::default(),
+            connections: ConnectionMetrics::default(),
             formation_seconds: lifecycle_histogram(),
             success_seconds: lifecycle_histogram(),
             job_start_delay_seconds: lifecycle_histogram(),
@@ -323,6 +332,7 @@ impl Metrics {
         metrics.register_state(own);
         metrics.register_scaleup(own);
         metrics.register_decisions(own);
+        metrics.connections.register(own);
         metrics.registry = root;
         metrics
     }
@@ -478,6 +488,11 @@ impl Metrics {
             "writable",
             "1 while the audit log accepts records, 0 while it cannot be written and every scale-up is refused",
             self.audit_writable.clone(),
+        );
+        audit.register(
+            "unreadable_lines",
+            "lines of the audit log that could not be read back when it was last opened (unknown schema, bad JSON, truncated); the scale-ups they record are not tracked",
+            self.audit_unreadable_lines.clone(),
         );
         let admission = registry.sub_registry_with_prefix("admission");
         admission.register(

@@ -15,7 +15,7 @@ use doc::Node;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The input is not valid YAML or breaks a parser limit.
-    #[error("{source_name}: {error}")]
+    #[error("{source_name}")]
     Parse {
         /// The file name, or `-` for standard input.
         source_name: String,

@@ -40,8 +40,9 @@ use crate::leader::{self, Elector, LeaseStore, Role};
 use crate::metrics::Metrics;
 use crate::provision::kwok::KwokProvisioner;
 use crate::readiness::{Condition, Readiness};
+use crate::telemetry::Chain;
 
-pub use conn::{Conn, incoming};
+pub use conn::{Conn, incoming, peers_for};
 pub use tls::{Polled, Tls};
 
 /// How often the kwok backend turns due capacity into nodes and runs its simulated attacher.
@@ -251,6 +252,7 @@ impl Server {
             metrics: self.metrics.clone(),
             readiness: self.readiness.clone(),
             header_timeout: self.connections.handshake_timeout,
+            max_per_peer: self.connections.metrics_max_per_peer,
         };
         let http_task = tokio::spawn(endpoints.serve(self.http, stop.clone()));
         let tls_task = self.tls.clone().map(|tls| {
@@ -297,13 +299,30 @@ impl Server {
             ));
         let tls = self.tls.is_some();
         let service = Service::new(self.engine.clone(), self.metrics.clone());
-        let incoming = conn::incoming(self.grpc, self.tls, limits, shutdown.clone(), force.clone());
+        let refused = self.metrics.connections.clone();
+        let peers = conn::peers_for(
+            &limits,
+            self.tls.as_deref(),
+            Some(Arc::new(move |why: crate::peers::Refused| {
+                refused.refused("grpc", why.label());
+            })),
+        );
+        let incoming = conn::incoming(
+            self.grpc,
+            self.tls,
+            limits,
+            peers,
+            shutdown.clone(),
+            force.clone(),
+        );
         self.readiness.set(Condition::Serving, true);
         info!(
             grpc.address = ?grpc_addr,
             http.address = ?http_addr,
             tls,
             connections.max = limits.max,
+            connections.max_per_peer = limits.max_per_peer,
+            connections.reserved_for_certified = if tls { limits.reserved_for_certified } else { 0 },
             connections.handshake_timeout_ms = limits.handshake_timeout.as_millis(),
             connections.idle_timeout_ms = limits.idle_timeout.as_millis(),
             shutdown_grace_period_ms = self.shutdown_grace_period.as_millis(),
@@ -384,7 +403,31 @@ fn spawn_kwok(
     })
 }
 
-fn log_resumed(path: &std::path::Path, resumed: &crate::scaleup::Resumed) {
+/// Logs what opening the audit log found and sets `gangscaler_audit_unreadable_lines`. Lines
+/// that could not be read back are a warning naming the file, the count and the first of
+/// them: their records, open scale-ups included, are not followed (their nodes are neither
+/// protected nor reserved). The server starts all the same (see docs/audit-schema.md,
+/// "Lines that cannot be read back").
+fn log_resumed(path: &std::path::Path, resumed: &crate::scaleup::Resumed, metrics: &Metrics) {
+    let unreadable = (resumed.bad.len() as u64).saturating_add(resumed.bad_unlisted);
+    metrics
+        .audit_unreadable_lines
+        .set(i64::try_from(unreadable).unwrap_or(i64::MAX));
+    if let Some(first) = resumed.bad.first() {
+        let files: std::collections::BTreeSet<&str> =
+            resumed.bad.iter().map(|b| b.file.as_str()).collect();
+        warn!(
+            audit.path = %path.display(),
+            unreadable_lines = unreadable,
+            files = ?files,
+            first.file = ?first.file,
+            first.line = first.line,
+            first.error = ?first.error,
+            records = resumed.records,
+            open = resumed.open,
+            "audit log lines could not be read back: the scale-ups they record are not followed (no scale-down protection or reservation for their nodes); run the version that wrote them, or see docs/audit-schema.md"
+        );
+    }
     info!(
         audit.path = %path.display(),
         files = resumed.files.len(),
@@ -433,7 +476,7 @@ async fn lead(
         match took {
             Some(Ok(t)) => tasks = t,
             Some(Err(e)) => {
-                error!(error = %e, "taking over as leader failed; stopping");
+                error!(error = %Chain(&e), "taking over as leader failed; stopping");
                 shutdown.cancel();
                 return Err(e);
             }
@@ -507,7 +550,7 @@ async fn take_over(
         .await
         .map_err(|e| Error::Task("opening the audit log", e))?;
         let (recorder, resumed) = opened.map_err(Error::Audit)?;
-        log_resumed(&own, &resumed);
+        log_resumed(&own, &resumed, metrics);
         let recorder = Arc::new(recorder);
         engine.take_over(recorder.clone());
         if let Some(parts) = ha.lifecycle.take() {

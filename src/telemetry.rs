@@ -13,14 +13,32 @@ use tracing_subscriber::fmt::format::{Writer, debug_fn};
 /// An error and its sources on one line, `: `-separated: the form errors take in log fields
 /// and messages.
 pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
+    Chain(e).to_string()
+}
+
+/// Displays an error with its whole cause chain, `: `-separated, without allocating: every
+/// `error` field of a log line is written through it (`error = %Chain(&e)`), so that no log
+/// keeps only the outer message of an error whose cause says what went wrong.
+/// `tests/log_fields.rs` holds the code to that.
+#[derive(Clone, Copy)]
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'a));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
     }
-    text
+}
+
+impl fmt::Debug for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 /// Log output format.
@@ -64,12 +82,53 @@ pub fn text_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
 }
 
 fn text_field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> fmt::Result {
-    if field.name() != "message" {
-        write!(w, "{}=", field.name().trim_start_matches("r#"))?;
+    if field.name() == "message" {
+        return write!(EscapeControls(w), "{value:?}");
     }
-    // `%` fields reach here as their Display text, unescaped; `?` fields are already escaped
-    // by Debug and pass unchanged.
-    write!(EscapeControls(w), "{value:?}")
+    write!(w, "{}=", field.name().trim_start_matches("r#"))?;
+    // `%` fields reach here as their Display text, unescaped; `?` fields of text are already
+    // quoted and escaped by Debug.
+    let text = format!("{value:?}");
+    if bare(&text) || quoted(&text) {
+        w.write_str(&text)
+    } else {
+        // Quoted and escaped as Rust's Debug does: a value holding spaces, `=` or quotes
+        // (a node-group id ` evil=1`, an error message) stays one field.
+        write!(w, "{text:?}")
+    }
+}
+
+/// Whether `text` can be written without quotes and still read back as one field value:
+/// not empty, and no space, control character, `=`, `"` or `\`.
+fn bare(text: &str) -> bool {
+    !text.is_empty()
+        && !text
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '=' | '"' | '\\'))
+}
+
+/// Whether `text` is one string quoted and escaped as Rust's Debug writes it (what a `?`
+/// field of text gives): `"` at both ends and none unescaped between them, and no raw
+/// control character.
+fn quoted(text: &str) -> bool {
+    let Some(inner) = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .filter(|_| text.len() >= 2)
+    else {
+        return false;
+    };
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.next().is_none() => return false,
+            '\\' => {}
+            '"' => return false,
+            c if c.is_control() => return false,
+            _ => {}
+        }
+    }
+    true
 }
 
 /// Writes through to the inner writer with every control character escaped as Rust's `Debug`
@@ -153,8 +212,8 @@ pub(crate) mod tests {
         assert_eq!(text.lines().count(), 1, "one event, one line: {text:?}");
         assert!(!text.contains('\r') && !text.contains('\u{1b}'), "{text:?}");
         assert!(
-            text.contains(r"node.name=n1\nINFO gangscaler: forged line\r\u{1b}[2J"),
-            "{text}"
+            text.contains(r#"node.name="n1\nINFO gangscaler: forged line\r\u{1b}[2J""#),
+            "Display values with spaces are quoted and escaped: {text}"
         );
         assert!(
             text.contains(r#"debug="n1\nINFO gangscaler: forged line\r\u{1b}[2J""#),
@@ -163,8 +222,102 @@ pub(crate) mod tests {
         assert!(text.contains("node refused node.name="), "{text}");
         assert!(text.trim_end().ends_with(" count=3"), "{text}");
         assert!(
-            text.contains(r"rpc{node.name=n1\nINFO gangscaler: forged line"),
+            text.contains(r#"rpc{node.name="n1\nINFO gangscaler: forged line"#),
             "span fields: {text}"
         );
+    }
+
+    #[test]
+    fn a_request_value_cannot_add_fields_to_a_text_line() {
+        let out = Captured::default();
+        tracing::subscriber::with_default(text_subscriber(&out), || {
+            let id = "evil outcome=OK admitted=true";
+            let span =
+                tracing::info_span!("rpc", rpc = "NodeGroupIncreaseSize", node_group.id = %id);
+            let _entered = span.enter();
+            tracing::info!(
+                node_group.id = %id,
+                quote = %"a\"b",
+                slash = %"C:\\x",
+                empty = %"",
+                plain = %"gpu-a",
+                looks_quoted = %"\"x\" y=\"z\"",
+                count = 3,
+                "rpc refused"
+            );
+        });
+        let text = out.text();
+        let fields = logfmt(text.trim_end());
+        assert_eq!(
+            fields
+                .iter()
+                .filter(|(k, _)| k == "outcome" || k == "admitted")
+                .count(),
+            0,
+            "no forged field: {text}"
+        );
+        for (key, want) in [
+            ("node_group.id", "evil outcome=OK admitted=true"),
+            ("quote", "a\"b"),
+            ("slash", "C:\\x"),
+            ("empty", ""),
+            ("plain", "gpu-a"),
+            ("looks_quoted", "\"x\" y=\"z\""),
+            ("count", "3"),
+        ] {
+            assert!(
+                fields.iter().any(|(k, v)| k == key && v == want),
+                "{key} should read back as {want:?}: {fields:?} from {text}"
+            );
+        }
+        assert!(
+            text.contains("plain=gpu-a "),
+            "plain values stay bare: {text}"
+        );
+    }
+
+    /// The `key=value` fields of a text line, reading quoted values as Rust string literals.
+    fn logfmt(line: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut rest = line;
+        while let Some(eq) = rest.find('=') {
+            let key = rest[..eq]
+                .rsplit([' ', '{', ':'])
+                .next()
+                .unwrap_or("")
+                .to_owned();
+            let after = &rest[eq + 1..];
+            let (value, next) = if let Some(body) = after.strip_prefix('"') {
+                let mut value = String::new();
+                let mut chars = body.char_indices();
+                let mut end = body.len();
+                while let Some((i, c)) = chars.next() {
+                    match c {
+                        '\\' => {
+                            if let Some((_, n)) = chars.next() {
+                                value.push(match n {
+                                    'n' => '\n',
+                                    'r' => '\r',
+                                    't' => '\t',
+                                    other => other,
+                                });
+                            }
+                        }
+                        '"' => {
+                            end = i + 1;
+                            break;
+                        }
+                        c => value.push(c),
+                    }
+                }
+                (value, &body[end..])
+            } else {
+                let end = after.find([' ', '}']).unwrap_or(after.len());
+                (after[..end].to_owned(), &after[end..])
+            };
+            out.push((key, value));
+            rest = next;
+        }
+        out
     }
 }

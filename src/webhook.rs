@@ -46,7 +46,8 @@ use tracing::{info, warn};
 use crate::config::ConnectionSettings;
 use crate::migrate::api::GangApi;
 pub use crate::migrate::api::{ANNOTATION_REPLICA_KEY, ANNOTATION_TEMPLATE, ANNOTATION_WORKLOAD};
-use crate::server::{Tls, incoming};
+use crate::server::{Tls, incoming, peers_for};
+use crate::telemetry::Chain;
 use review::{Decision, ReviewOutcome};
 
 /// How often the served gang API version is read again.
@@ -69,7 +70,7 @@ pub struct Webhook {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// API discovery failed at start.
-    #[error("reading the served scheduling.k8s.io versions: {0}")]
+    #[error("reading the served scheduling.k8s.io versions")]
     Discovery(#[source] kube::Error),
 }
 
@@ -109,7 +110,7 @@ impl Webhook {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    warn!(error = %e, "reading the served gang API version failed; keeping the last one")
+                    warn!(error = %Chain(&e), "reading the served gang API version failed; keeping the last one")
                 }
             }
         }
@@ -180,10 +181,10 @@ impl Webhook {
                         ReviewOutcome::Patch { ops }
                     }
                     Err(e) => {
-                        warn!(namespace, pod, error = %e, "pod refused");
+                        warn!(namespace, pod, error = %Chain(&e), "pod refused");
                         ReviewOutcome::Deny {
                             code: e.code(),
-                            message: e.to_string(),
+                            message: crate::telemetry::chain(&e),
                         }
                     }
                 }
@@ -202,10 +203,17 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let force = shutdown.child_token();
+    // The API server is the one client, from a few addresses: no per-address limit here.
+    let settings = ConnectionSettings {
+        max_per_peer: ConnectionSettings::default().max,
+        ..ConnectionSettings::default()
+    };
+    let peers = peers_for(&settings, Some(&tls), None);
     let mut conns = Box::pin(incoming(
         listener,
         Some(tls),
-        ConnectionSettings::default(),
+        settings,
+        peers,
         shutdown.clone(),
         force,
     ));
@@ -223,7 +231,7 @@ pub async fn serve(
             tokio::select! {
                 () = shutdown.cancelled() => {}
                 r = served => if let Err(e) = r {
-                    tracing::debug!(error = %e, "webhook connection ended with an error");
+                    tracing::debug!(error = %Chain(&*e), "webhook connection ended with an error");
                 },
             }
         });

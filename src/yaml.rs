@@ -222,26 +222,28 @@ pub struct Error {
 }
 
 impl Error {
-    fn from_saphyr(e: &serde_saphyr::Error) -> Self {
-        let message = e.render_with_options(serde_saphyr::render_options! {
-            snippets: serde_saphyr::SnippetMode::Off,
-        });
-        // One line: a message may carry notes on later lines.
-        let message = message
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
-        let message = if is_budget(e) {
-            format!(
-                "exceeds the YAML limits for this kind of file (alias expansion, nesting depth, node count): {message}"
-            )
-        } else {
-            message
+    fn from_saphyr(e: &serde_saphyr::Error, limits: &Limits) -> Self {
+        let location = e.location().filter(|l| l.line() > 0);
+        let message = match plain_words(root(e), limits) {
+            Some(words) => match location {
+                Some(l) => format!("line {}, column {}: {words}", l.line(), l.column()),
+                None => words,
+            },
+            None => {
+                let message = e.render_with_options(serde_saphyr::render_options! {
+                    snippets: serde_saphyr::SnippetMode::Off,
+                });
+                // One line: a message may carry notes on later lines.
+                message
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }
         };
         Self {
-            line: e.location().map(|l| l.line()).filter(|&l| l > 0),
+            line: location.map(|l| l.line()),
             message,
         }
     }
@@ -257,20 +259,67 @@ impl Error {
     }
 }
 
-/// Whether `e` is a budget or alias-limit breach rather than malformed YAML.
-fn is_budget(mut e: &serde_saphyr::Error) -> bool {
+/// The error under the parser's wrappers (source snippets, alias replay context).
+fn root(mut e: &serde_saphyr::Error) -> &serde_saphyr::Error {
     use serde_saphyr::Error as E;
     loop {
         match e {
             E::WithSnippet { error, .. } | E::AliasError { error, .. } => e = error,
-            E::Budget { .. }
-            | E::AliasReplayCounterOverflow { .. }
-            | E::AliasReplayLimitExceeded { .. }
-            | E::AliasExpansionLimitExceeded { .. }
-            | E::AliasReplayStackDepthExceeded { .. } => return true,
-            _ => return false,
+            _ => return e,
         }
     }
+}
+
+/// The problems a person can cause and fix, in their words (which key, which limit, what to
+/// do); `None` for the rest, which keep the parser's own message.
+fn plain_words(e: &serde_saphyr::Error, limits: &Limits) -> Option<String> {
+    use serde_saphyr::Error as E;
+    use serde_saphyr::budget::BudgetBreach as B;
+    let aliases = || {
+        format!(
+            "anchors and aliases (`&name` ... `*name`) expand to more than the {} parser events a file of this kind may expand through aliases: write the repeated values out, or alias smaller parts",
+            limits.max_alias_events
+        )
+    };
+    Some(match e {
+        E::DuplicateMappingKey { key: Some(key), .. } => {
+            format!("the key `{key}` is set twice in the same mapping: keep one of them")
+        }
+        E::DuplicateMappingKey { key: None, .. } => {
+            "a key is set twice in the same mapping: keep one of them".to_owned()
+        }
+        E::AliasReplayCounterOverflow { .. }
+        | E::AliasReplayLimitExceeded { .. }
+        | E::AliasExpansionLimitExceeded { .. }
+        | E::AliasReplayStackDepthExceeded { .. } => aliases(),
+        E::Budget { breach, .. } => match breach {
+            B::RecordedAnchorEvents { .. } | B::RecordedAnchorBytes { .. } => aliases(),
+            B::Aliases { .. } | B::Anchors { .. } | B::AliasAnchorRatio { .. } => format!(
+                "more than {} anchors or aliases: a file of this kind may use at most {} of each",
+                limits.max_aliases, limits.max_aliases
+            ),
+            B::Depth { .. } => format!(
+                "mappings and lists are nested deeper than the {} levels a file of this kind may have",
+                limits.max_depth
+            ),
+            B::Events { .. } | B::Nodes { .. } => format!(
+                "more than the {} values (keys, scalars, mappings, lists, counted after aliases expand) a file of this kind may hold",
+                limits.max_nodes
+            ),
+            B::Documents { .. } => format!(
+                "more than the {} YAML document(s) (`---`) a file of this kind may hold",
+                limits.max_documents
+            ),
+            B::InputBytes { .. } | B::ScalarBytes { .. } => format!(
+                "larger than the {} a file of this kind may hold",
+                Size(limits.max_bytes)
+            ),
+            _ => format!(
+                "exceeds the YAML limits for a file of this kind (alias expansion, nesting depth, node count): {e}"
+            ),
+        },
+        _ => return None,
+    })
 }
 
 /// Parses one YAML document under the configuration-file budget ([`CONFIG`] semantics:
@@ -284,7 +333,7 @@ pub fn config_value(text: &str, limits: &Limits) -> Result<Value, Error> {
         return Err(Error::too_large(text.len(), limits));
     }
     let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, limits.options(false))
-        .map_err(|e| Error::from_saphyr(&e))?;
+        .map_err(|e| Error::from_saphyr(&e, limits))?;
     let mut docs = docs.into_iter();
     match (docs.next(), docs.next()) {
         (None, _) => Ok(Value::Null),
@@ -356,7 +405,7 @@ pub fn documents_as<T: serde::de::DeserializeOwned>(
                 .collect())
         }
         Err(e) => {
-            let error = Error::from_saphyr(&e);
+            let error = Error::from_saphyr(&e, limits);
             let starts = document_starts(text);
             let document = error.line.map_or_else(
                 || u32::try_from(starts.len().max(1)).unwrap_or(u32::MAX),

@@ -133,6 +133,14 @@ fn the_alert_rules_cover_each_slo_the_chart_documents() {
             "gangscaler_provision_calls_total",
         ),
         ("GangscalerGrpcErrors", "grpc_server_handled_total"),
+        (
+            "GangscalerAuditUnreadable",
+            "gangscaler_audit_unreadable_lines",
+        ),
+        (
+            "GangscalerConnectionsRefused",
+            "gangscaler_connections_refused_total",
+        ),
     ] {
         let at = rules
             .find(&format!("alert: {alert}"))

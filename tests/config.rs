@@ -1108,6 +1108,41 @@ fn overridden_values_are_validated_like_written_ones() {
 }
 
 #[test]
+fn an_error_in_an_overridden_value_names_the_variable_its_value_and_what_it_replaced() {
+    let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
+    let errs = invalid(dir.load_with_env(&[("GANGSCALER_NG_GPU_A__MAX_SIZE", "abc")]));
+    let e = expect_error(&errs, "gpu-a.yaml", "maxSize", Some("\"abc\""));
+    let text = e.to_string();
+    assert!(
+        text.ends_with(
+            "; set by environment variable GANGSCALER_NG_GPU_A__MAX_SIZE=\"abc\" in place of 4 from the file"
+        ),
+        "{text}"
+    );
+    let errs = invalid(dir.load_with_env(&[("GANGSCALER__SERVER__ADDRESS", "notanaddr")]));
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "server.address",
+        Some("\"notanaddr\""),
+    );
+    let origin = e.env.as_ref().expect("names its variable");
+    assert_eq!(origin.variable, "GANGSCALER__SERVER__ADDRESS");
+    assert_eq!(origin.value, "notanaddr");
+    assert_eq!(origin.replaced.as_deref(), Some("\"127.0.0.1:8086\""));
+    // An error of a value the file wrote names no variable, even with overrides around.
+    let dir =
+        ConfigDir::new(PROVIDER).group("gpu-a.yaml", &GPU_A.replace("maxSize: 4", "maxSize: -1"));
+    let errs = invalid(dir.load_with_env(&[
+        ("GANGSCALER_NG_GPU_A__MIN_SIZE", "0"),
+        ("GANGSCALER__SERVER__METRICS_ADDRESS", "127.0.0.1:9998"),
+    ]));
+    let e = expect_error(&errs, "gpu-a.yaml", "maxSize", Some("-1"));
+    assert_eq!(e.env, None, "{e}");
+    assert!(!e.to_string().contains("environment"), "{e}");
+}
+
+#[test]
 fn a_setting_variable_that_addresses_no_file_is_an_error_naming_it() {
     let dir = ConfigDir::new(PROVIDER).group("gpu-a.yaml", GPU_A);
     let errs = invalid(dir.load_with_env(&[

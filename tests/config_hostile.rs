@@ -190,7 +190,10 @@ fn duplicate_keys_are_a_parse_error() {
     match dir.load() {
         Err(Error::Parse { path, message }) => {
             assert_eq!(path, dir.path().join("nodegroups/gpu-a.yaml"));
-            assert!(message.contains("duplicate"), "{message}");
+            assert!(
+                message.contains("the key `maxSize` is set twice") && message.contains("line "),
+                "names the key and where: {message}"
+            );
         }
         other => panic!("expected Error::Parse, got {other:#?}"),
     }

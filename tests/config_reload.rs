@@ -306,6 +306,42 @@ async fn a_node_groups_dir_that_vanishes_or_becomes_a_file_is_reported_naming_th
     server.stop().await;
 }
 
+/// A rejected edit is logged with its whole cause, as `validate` prints it: before, the log
+/// kept only the outer message (`reading …/idle.yaml`), not why.
+#[tokio::test]
+async fn a_rejected_edit_is_logged_with_its_whole_cause() {
+    let (logs, _guard) = Logs::capture();
+    let server = TestServer::start(&[
+        ("provider.yaml", PROVIDER),
+        ("nodegroups/idle.yaml", &idle(2)),
+    ])
+    .await;
+    let mut c = server.client().await;
+    let mut bytes = idle(3).into_bytes();
+    let offset = bytes.len();
+    bytes.extend_from_slice(b"# \xff\xfe\n");
+    std::fs::write(server.dir.path().join("nodegroups/idle.yaml"), &bytes).unwrap();
+    refresh(&mut c).await;
+    assert_eq!(
+        node_groups(&mut c).await.get("idle"),
+        Some(&(0, 2)),
+        "the last good configuration is kept"
+    );
+    let lines = logs.take();
+    let rejected: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("configuration edit rejected"))
+        .collect();
+    assert_eq!(rejected.len(), 1, "{lines:#?}");
+    assert!(
+        rejected[0].contains("idle.yaml: not UTF-8 text (invalid byte at offset ")
+            && rejected[0].contains(&format!("offset {}", offset + 2)),
+        "the cause is logged: {}",
+        rejected[0]
+    );
+    server.stop().await;
+}
+
 fn above_max(m: &str, group: &str) -> Option<f64> {
     sample(
         m,

@@ -249,3 +249,32 @@ async fn build_and_process_metrics_are_exposed() {
     }
     server.stop().await;
 }
+
+/// Audit lines a server cannot read back (here: written by a newer schema) do not stop it, and
+/// `gangscaler_audit_unreadable_lines` counts them, so that an alert can say the scale-ups
+/// they record are not followed.
+#[tokio::test]
+async fn audit_lines_that_cannot_be_read_back_are_counted_at_start() {
+    let provider = "server:\n  address: \"127.0.0.1:0\"\n  metricsAddress: \"127.0.0.1:0\"\n  plaintext: true\naudit:\n  path: audit.jsonl\nnodeGroupsDir: nodegroups\n";
+    let line = r#"{"schema":99,"tsMs":1,"event":"phase"}"#;
+    let log = format!("{line}\n{line}\n{line}\n");
+    let server = TestServer::start(&[
+        ("provider.yaml", provider),
+        ("nodegroups/gpu.yaml", GROUP),
+        ("audit.jsonl", &log),
+    ])
+    .await;
+    let m = metrics(server.http).await;
+    assert_eq!(
+        sample(&m, "gangscaler_audit_unreadable_lines"),
+        Some(3.0),
+        "{m}"
+    );
+    server.stop().await;
+
+    let clean =
+        TestServer::start(&[("provider.yaml", provider), ("nodegroups/gpu.yaml", GROUP)]).await;
+    let m = metrics(clean.http).await;
+    assert_eq!(sample(&m, "gangscaler_audit_unreadable_lines"), Some(0.0));
+    clean.stop().await;
+}

@@ -581,6 +581,21 @@ fn connection_settings_are_validated_with_field_paths() {
             "{maxConnections: 3}",
             "server.connections.maxConnections",
         ),
+        (
+            "one address allowed more than the listener",
+            "{max: 4, maxPerPeer: 5}",
+            "server.connections.maxPerPeer",
+        ),
+        (
+            "every slot reserved",
+            "{max: 4, reservedForCertified: 4}",
+            "server.connections.reservedForCertified",
+        ),
+        (
+            "more per address than the metrics listener serves",
+            "{metricsMaxPerPeer: 65}",
+            "server.connections.metricsMaxPerPeer",
+        ),
     ];
     for (what, connections, field) in refused {
         let (_dir, result) = load(&pki, &format!("{base}  connections: {connections}\n"));
@@ -613,6 +628,10 @@ fn connection_settings_are_validated_with_field_paths() {
         set,
         config::ConnectionSettings {
             max: 3,
+            // Unset: 32 capped at max, and a sixteenth of max.
+            max_per_peer: 3,
+            reserved_for_certified: 0,
+            metrics_max_per_peer: 8,
             handshake_timeout: std::time::Duration::from_secs(2),
             idle_timeout: std::time::Duration::from_secs(600),
             keepalive_interval: std::time::Duration::from_secs(60),

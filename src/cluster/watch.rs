@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{GangIndex, GangObject, GangView, NodeTable, ObjectSet, adapters};
+use crate::telemetry::Chain;
 
 mod pods;
 mod stores;
@@ -375,7 +376,7 @@ impl ClusterView {
                         v,
                     )),
                     Err(e) => {
-                        warn!(object = %o.name_any(), error = %e, "gang object does not encode; skipped")
+                        warn!(object = %o.name_any(), error = %Chain(&e), "gang object does not encode; skipped")
                     }
                 }
             }

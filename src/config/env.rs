@@ -14,6 +14,33 @@ pub struct Override {
     pub path: Vec<String>,
     /// The parsed value.
     pub value: Value,
+    /// The variable, as named in the environment.
+    pub variable: String,
+    /// Its value, as written.
+    pub raw: String,
+}
+
+/// An override applied to a document: where, by which variable, and what it replaced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    /// The dotted key path it set (`server.connections.max`), as field errors name fields.
+    pub field: String,
+    /// The variable, as named in the environment.
+    pub variable: String,
+    /// Its value, as written.
+    pub raw: String,
+    /// What the file had at that path (`None`: nothing).
+    pub replaced: Option<Value>,
+}
+
+impl Applied {
+    /// Whether an error of `field` concerns the value this override set: the same path, or
+    /// one inside it.
+    pub fn covers(&self, field: &str) -> bool {
+        field
+            .strip_prefix(self.field.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+    }
 }
 
 /// The overrides among `vars` for `prefix` (matched case-insensitively, followed by `__`),
@@ -44,6 +71,8 @@ pub fn overrides(
         out.push(Override {
             path: segments.into_iter().map(camel_case).collect(),
             value: parse(&value),
+            variable: name,
+            raw: value,
         });
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
@@ -51,11 +80,13 @@ pub fn overrides(
 }
 
 /// Applies `overrides` to `doc`, creating mappings as needed and replacing any non-mapping
-/// value in the way. An empty document becomes a mapping; a document whose root is not a
-/// mapping is left for the validator to report.
-pub fn apply(doc: &mut Value, overrides: Vec<Override>) {
+/// value in the way, and returns what each one replaced, so that an error in an overridden
+/// value can name its variable. An empty document becomes a mapping; a document whose root
+/// is not a mapping is left for the validator to report.
+pub fn apply(doc: &mut Value, overrides: Vec<Override>) -> Vec<Applied> {
+    let mut applied = Vec::with_capacity(overrides.len());
     if overrides.is_empty() {
-        return;
+        return applied;
     }
     if doc.is_null() {
         *doc = Value::Object(Map::new());
@@ -78,9 +109,16 @@ pub fn apply(doc: &mut Value, overrides: Vec<Override>) {
             at = slot;
         }
         if let Value::Object(map) = at {
-            map.insert(last.clone(), o.value);
+            let replaced = map.insert(last.clone(), o.value);
+            applied.push(Applied {
+                field: o.path.join("."),
+                variable: o.variable,
+                raw: o.raw,
+                replaced,
+            });
         }
     }
+    applied
 }
 
 /// `max_size` -> `maxSize` (the segment is already lower case).
@@ -149,10 +187,14 @@ mod tests {
                 Override {
                     path: vec!["lifecycle".into(), "attachTimeout".into()],
                     value: json!("2m"),
+                    variable: "gangscaler__lifecycle__attach_timeout".into(),
+                    raw: "2m".into(),
                 },
                 Override {
                     path: vec!["server".into(), "metricsAddress".into()],
                     value: json!("127.0.0.1:1"),
+                    variable: "GANGSCALER__SERVER__METRICS_ADDRESS".into(),
+                    raw: "127.0.0.1:1".into(),
                 },
             ]
         );
@@ -181,20 +223,57 @@ mod tests {
         assert!(err.contains("GANGSCALER__A"), "{err}");
     }
 
+    fn set(path: &[&str], value: Value) -> Override {
+        Override {
+            path: path.iter().map(|s| (*s).to_owned()).collect(),
+            raw: value.to_string(),
+            value,
+            variable: format!("GANGSCALER__{}", path.join("__").to_uppercase()),
+        }
+    }
+
+    #[test]
+    fn each_applied_override_says_what_it_replaced_and_which_errors_are_its_own() {
+        let mut doc = json!({"maxSize": 16, "capacity": {"cpu": "1"}});
+        let applied = apply(
+            &mut doc,
+            vec![
+                set(&["maxSize"], json!("abc")),
+                set(&["capacity", "pods"], json!(4)),
+            ],
+        );
+        assert_eq!(applied[0].field, "maxSize");
+        assert_eq!(applied[0].variable, "GANGSCALER__MAXSIZE");
+        assert_eq!(applied[0].replaced, Some(json!(16)));
+        assert_eq!(applied[1].field, "capacity.pods");
+        assert_eq!(applied[1].replaced, None);
+        assert!(applied[0].covers("maxSize"));
+        assert!(
+            !applied[0].covers("maxSizeX"),
+            "a longer key is another field"
+        );
+        assert!(applied[1].covers("capacity.pods"));
+        assert!(
+            !applied[1].covers("capacity"),
+            "the section around it is not its own"
+        );
+        let section = Applied {
+            field: "taints".into(),
+            variable: "V".into(),
+            raw: String::new(),
+            replaced: None,
+        };
+        assert!(section.covers("taints[0].effect"));
+    }
+
     #[test]
     fn overrides_create_and_replace_what_is_in_the_way() {
         let mut doc = json!({"server": "oops", "capacity": {"cpu": "1"}});
         apply(
             &mut doc,
             vec![
-                Override {
-                    path: vec!["capacity".into(), "pods".into()],
-                    value: json!(4),
-                },
-                Override {
-                    path: vec!["server".into(), "address".into()],
-                    value: json!("x"),
-                },
+                set(&["capacity", "pods"], json!(4)),
+                set(&["server", "address"], json!("x")),
             ],
         );
         assert_eq!(
@@ -202,22 +281,10 @@ mod tests {
             json!({"server": {"address": "x"}, "capacity": {"cpu": "1", "pods": 4}})
         );
         let mut empty = Value::Null;
-        apply(
-            &mut empty,
-            vec![Override {
-                path: vec!["maxSize".into()],
-                value: json!(3),
-            }],
-        );
+        apply(&mut empty, vec![set(&["maxSize"], json!(3))]);
         assert_eq!(empty, json!({"maxSize": 3}));
         let mut list = json!([1]);
-        apply(
-            &mut list,
-            vec![Override {
-                path: vec!["maxSize".into()],
-                value: json!(3),
-            }],
-        );
+        apply(&mut list, vec![set(&["maxSize"], json!(3))]);
         assert_eq!(list, json!([1]), "left for the validator to report");
     }
 }

@@ -67,7 +67,7 @@ impl Source {
     /// of every file.
     pub fn load(&self) -> Result<Loaded> {
         let provider_path = self.dir.join(PROVIDER_FILE);
-        let doc = self.read_doc(&provider_path, Some(ENV_PREFIX))?;
+        let (doc, applied) = self.read_doc(&provider_path, Some(ENV_PREFIX))?;
         let mut errs = Errors::new(&provider_path);
         let env = |name: &str| match &self.env {
             Some(map) => map.get(name).cloned(),
@@ -77,7 +77,7 @@ impl Source {
         let ha = provider
             .as_ref()
             .is_some_and(|p| p.leader_election.is_some());
-        let mut all: Vec<FieldError> = errs.into_list();
+        let mut all: Vec<FieldError> = attributed(errs.into_list(), &applied);
         let mut groups = Vec::new();
         let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
         // A node-group directory that cannot be listed is a setting error of `nodeGroupsDir`,
@@ -101,7 +101,7 @@ impl Source {
                 Some(format!("{ENV_GROUP_PREFIX}{stem}"))
             };
             let file = file.clone();
-            let doc = self.read_doc(&file, prefix.as_deref())?;
+            let (doc, applied) = self.read_doc(&file, prefix.as_deref())?;
             let mut errs = Errors::new(&file);
             let group = validate::node_group(&doc, &file, &defaults, &mut errs);
             if ha
@@ -133,7 +133,7 @@ impl Source {
                     format!("duplicates the id in {}", first.display()),
                 );
             }
-            all.extend(errs.into_list());
+            all.extend(attributed(errs.into_list(), &applied));
             groups.extend(group);
         }
         match provider {
@@ -150,6 +150,7 @@ impl Source {
                         field: "server".to_owned(),
                         value: None,
                         message: "is invalid".to_owned(),
+                        env: None,
                     });
                 }
                 Err(Error::Invalid(all))
@@ -274,6 +275,7 @@ impl Source {
                 dir.display().to_string(),
             ))),
             message,
+            env: None,
         }
     }
 
@@ -335,13 +337,20 @@ impl Source {
                 field: name,
                 value,
                 message,
+                env: None,
             });
         }
         errors.sort_by(|a, b| a.field.cmp(&b.field));
         errors
     }
 
-    fn read_doc(&self, path: &Path, env_prefix: Option<&str>) -> Result<Value> {
+    /// The parsed document of `path` with the overrides of `env_prefix` applied, and those
+    /// overrides.
+    fn read_doc(
+        &self,
+        path: &Path,
+        env_prefix: Option<&str>,
+    ) -> Result<(Value, Vec<env::Applied>)> {
         let text = yaml::read_file(path, &yaml::CONFIG).map_err(Error::from)?;
         let mut doc = yaml::config_value(&text, &yaml::CONFIG).map_err(|e| Error::Parse {
             path: path.to_path_buf(),
@@ -352,7 +361,7 @@ impl Source {
             doc = Value::Object(serde_json::Map::new());
         }
         let Some(env_prefix) = env_prefix else {
-            return Ok(doc);
+            return Ok((doc, Vec::new()));
         };
         let overrides = env::overrides(self.vars().into_iter(), env_prefix).map_err(|message| {
             Error::Parse {
@@ -360,9 +369,32 @@ impl Source {
                 message,
             }
         })?;
-        env::apply(&mut doc, overrides);
-        Ok(doc)
+        let applied = env::apply(&mut doc, overrides);
+        Ok((doc, applied))
     }
+}
+
+/// `errors` with each error of a value an environment variable set naming that variable, its
+/// value and what it replaced in the file.
+fn attributed(mut errors: Vec<FieldError>, applied: &[env::Applied]) -> Vec<FieldError> {
+    if applied.is_empty() {
+        return errors;
+    }
+    for e in &mut errors {
+        // The innermost override wins (`capacity.pods` over a `capacity` set as a whole).
+        let origin = applied
+            .iter()
+            .filter(|a| a.covers(&e.field))
+            .max_by_key(|a| a.field.len());
+        e.env = origin.map(|a| {
+            Box::new(super::EnvOrigin {
+                variable: a.variable.clone(),
+                value: a.raw.clone(),
+                replaced: a.replaced.as_ref().map(super::walk::render),
+            })
+        });
+    }
+    errors
 }
 
 /// The environment form of a node-group file's stem: upper-cased, `-` written as `_`.

@@ -64,6 +64,7 @@ impl Errors {
                     "{} more error(s) not shown (at most {MAX_ERRORS_PER_FILE} are listed per file)",
                     self.dropped
                 ),
+                env: None,
             });
         }
         self.list
@@ -83,6 +84,7 @@ impl Errors {
             },
             value: value.map(render),
             message: message.into(),
+            env: None,
         });
     }
 }

@@ -25,6 +25,7 @@ use super::{
 use crate::model::labels;
 use crate::provision::capi_types::MachineDeployment;
 use crate::provision::clusterapi::reservation::template_taints;
+use crate::telemetry::Chain;
 
 /// How long one API call may take before its check is reported as unknown.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -82,7 +83,7 @@ where
     match tokio::time::timeout(CALL_TIMEOUT, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => {
-            debug!(call = what, error = %e, "cluster read failed");
+            debug!(call = what, error = %Chain(&e), "cluster read failed");
             Err(describe(&e))
         }
         Err(_) => Err(format!("timed out after {}s", CALL_TIMEOUT.as_secs())),

@@ -15,6 +15,7 @@ use crate::config::Loaded;
 use crate::model::{NodeGroupId, NodeGroupSpec};
 use crate::planner::Decision;
 use crate::provision::Provisioner;
+use crate::telemetry::Chain;
 
 impl Engine {
     /// The target size of every group of `cfg` but `asked`, as `(index in cfg.groups,
@@ -36,7 +37,7 @@ impl Engine {
             match backend.target_size(g).await {
                 Ok(target) => out.push((i, target)),
                 Err(e) => {
-                    warn!(node_group.id = %g.id, asked = %asked.id, error = %e, "target size unreadable: the group takes no share of a composite in this decision");
+                    warn!(node_group.id = %g.id, asked = %asked.id, error = %Chain(&e), "target size unreadable: the group takes no share of a composite in this decision");
                 }
             }
         }
@@ -132,7 +133,7 @@ impl Engine {
                     info!(node_group.id = %g.id, nodes, target, "composite share withdrawn");
                 }
                 Err(e) => {
-                    error!(node_group.id = %g.id, nodes, error = %e, "withdrawing a composite's share failed: its nodes stay until CA scales them down");
+                    error!(node_group.id = %g.id, nodes, error = %Chain(&e), "withdrawing a composite's share failed: its nodes stay until CA scales them down");
                 }
             }
         }

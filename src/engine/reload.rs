@@ -8,6 +8,7 @@ use tracing::{error, info, warn};
 use super::{Engine, Result};
 use crate::config::{self, Loaded};
 use crate::model::NodeGroupSpec;
+use crate::telemetry::{Chain, chain};
 
 impl Engine {
     pub(super) async fn sync(&self, groups: &[NodeGroupSpec]) -> Result<()> {
@@ -24,7 +25,7 @@ impl Engine {
             // Not fatal: the next admission decision for the group reads it again, and
             // refuses to decide while it cannot.
             if let Err(e) = self.read_backend_blocker(g, backend.as_ref()).await {
-                warn!(node_group.id = %g.id, error = %e, "cannot read whether the group's backend registers new nodes reserved");
+                warn!(node_group.id = %g.id, error = %Chain(&e), "cannot read whether the group's backend registers new nodes reserved");
             }
         }
         Ok(())
@@ -43,7 +44,7 @@ impl Engine {
             Ok(f) => f,
             Err(e) => {
                 if last.is_some() {
-                    error!(error = %e, "reading configuration failed; keeping the last good configuration");
+                    error!(error = %Chain(&e), "reading configuration failed; keeping the last good configuration");
                     self.metrics.config_reload(false);
                     *last = None;
                 }
@@ -69,12 +70,14 @@ impl Engine {
         }
     }
 
+    /// Loads the configuration again and syncs the backends with it. The error is the
+    /// whole cause chain, as `validate` prints it.
     pub(super) async fn try_reload(
         &self,
         source: &config::Source,
         current: &Loaded,
     ) -> Result<Loaded, String> {
-        let new = source.load().map_err(|e| e.to_string())?;
+        let new = source.load().map_err(|e| chain(&e))?;
         if new.provider != current.provider {
             warn!(
                 "provider.yaml changed: server, TLS and GPU settings take effect only after a restart"
@@ -85,8 +88,8 @@ impl Engine {
                 continue;
             }
             let target = match self.backend(old) {
-                Ok(b) => b.target_size(old).await.map_err(|e| e.to_string())?,
-                Err(e) => return Err(e.to_string()),
+                Ok(b) => b.target_size(old).await.map_err(|e| chain(&e))?,
+                Err(e) => return Err(chain(&e)),
             };
             if target > 0 {
                 return Err(format!(
@@ -100,7 +103,7 @@ impl Engine {
             provider: current.provider.clone(),
             groups: new.groups,
         };
-        self.sync(&new.groups).await.map_err(|e| e.to_string())?;
+        self.sync(&new.groups).await.map_err(|e| chain(&e))?;
         Ok(new)
     }
 
@@ -133,7 +136,7 @@ impl Engine {
                     self.note_target(g, target, lowered);
                 }
                 Err(e) => {
-                    warn!(node_group.id = %g.id, max_size = g.max_size, error = %e, "reading the target size to compare it with the new maxSize failed; it is compared on the next call that reads it");
+                    warn!(node_group.id = %g.id, max_size = g.max_size, error = %Chain(&e), "reading the target size to compare it with the new maxSize failed; it is compared on the next call that reads it");
                 }
             }
         }

@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::model::echo;
 use crate::proto;
 use crate::proto::cloud_provider_server::CloudProvider;
+use crate::telemetry::Chain;
 
 /// The externalgrpc service.
 #[derive(Debug, Clone)]
@@ -65,13 +66,13 @@ impl Service {
             Ok(_) => debug!(parent: &span, outcome = code_name, duration_us, "rpc served"),
             Err(e) => match code {
                 Code::Unimplemented => {
-                    debug!(parent: &span, outcome = code_name, duration_us, error = %e, "rpc refused")
+                    debug!(parent: &span, outcome = code_name, duration_us, error = %Chain(&e), "rpc refused")
                 }
                 Code::Internal | Code::Unavailable => {
-                    error!(parent: &span, outcome = code_name, duration_us, error = %e, "rpc failed");
+                    error!(parent: &span, outcome = code_name, duration_us, error = %Chain(&e), "rpc failed");
                 }
                 _ => {
-                    info!(parent: &span, outcome = code_name, duration_us, error = %e, "rpc refused")
+                    info!(parent: &span, outcome = code_name, duration_us, error = %Chain(&e), "rpc refused")
                 }
             },
         }

@@ -42,7 +42,7 @@ pub fn code(e: &Error) -> Code {
 
 /// The status for an engine error.
 pub fn from_engine(e: &Error) -> Status {
-    Status::new(code(e), e.to_string())
+    Status::new(code(e), crate::telemetry::chain(e))
 }
 
 /// tonic refuses a request message over the size limit (4 MiB) with `OUT_OF_RANGE`, before any

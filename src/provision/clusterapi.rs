@@ -35,6 +35,7 @@ use super::{Error, NodeRef, Provisioner, Result, kube_error};
 use crate::model::{
     BackendSpec, ClusterApiBackendSpec, Instance, InstanceState, NodeGroupId, NodeGroupSpec,
 };
+use crate::telemetry::Chain;
 
 mod machines;
 pub mod reservation;
@@ -313,7 +314,7 @@ impl ClusterApiProvisioner {
             .clone();
         for g in &groups {
             if let Err(e) = self.instances(g).await {
-                debug!(node_group.id = %g.id, error = %e, "re-listing Machines for a node lookup failed");
+                debug!(node_group.id = %g.id, error = %Chain(&e), "re-listing Machines for a node lookup failed");
             }
         }
     }
@@ -358,7 +359,7 @@ impl Provisioner for ClusterApiProvisioner {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    debug!(node_group.id = %g.id, error = %e, "reading the MachineDeployment's capacity annotations failed");
+                    debug!(node_group.id = %g.id, error = %Chain(&e), "reading the MachineDeployment's capacity annotations failed");
                 }
             }
             match self.read_scale(g).await {
@@ -369,7 +370,7 @@ impl Provisioner for ClusterApiProvisioner {
                     }
                 }
                 Err(e) => {
-                    error!(node_group.id = %g.id, error = %e, "Cluster API group not usable yet");
+                    error!(node_group.id = %g.id, error = %Chain(&e), "Cluster API group not usable yet");
                 }
             }
         }
@@ -496,7 +497,7 @@ impl Provisioner for ClusterApiProvisioner {
             // pick these Machines for a request that was refused.
             for name in &marked {
                 if let Err(e) = self.mark(group, name, false).await {
-                    warn!(node_group.id = %group.id, machine = %name, error = %e, "removing the delete-machine annotation after a failed delete failed; the Machine stays first in line for the next scale-down");
+                    warn!(node_group.id = %group.id, machine = %name, error = %Chain(&e), "removing the delete-machine annotation after a failed delete failed; the Machine stays first in line for the next scale-down");
                 }
             }
         } else {

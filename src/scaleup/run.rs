@@ -52,6 +52,7 @@ use crate::events::{EventPublisher, REASON_NOT_SEEN};
 use crate::metrics::{GroupLabels, Metrics, ScaleUpOutcomeLabels};
 use crate::model::reservation::value_for;
 use crate::model::{GangRef, Instance, ReservationSpec};
+use crate::telemetry::Chain;
 
 /// The default of `lifecycle.noVerdictAfter`: how long a whole pending gang may go without a
 /// scheduler verdict on any member before it is reported ([`Loop::with_no_verdict_after`]).
@@ -278,7 +279,7 @@ impl Loop {
                     facts.groups.insert(group.to_owned(), GroupFacts::default());
                 }
                 Err(e) => {
-                    warn!(node_group.id = group, error = %e, "reading instances for open scale-ups failed; will retry");
+                    warn!(node_group.id = group, error = %Chain(&e), "reading instances for open scale-ups failed; will retry");
                 }
             }
         }
@@ -296,7 +297,7 @@ impl Loop {
                 appended
             }
             Err((e, appended)) => {
-                error!(error = %e, "writing the audit log failed; the lifecycle records will be computed again");
+                error!(error = %Chain(&e), "writing the audit log failed; the lifecycle records will be computed again");
                 self.metrics.audit_append(false);
                 appended
             }

@@ -323,7 +323,7 @@ fn wire(mut engine: Engine, inputs: WireInputs<'_>) -> Result<Wired, Error> {
     if let (Some(audit), None) = (inputs.audit, inputs.election) {
         let (recorder, resumed) = Recorder::open(&audit.path, audit_config(audit), inputs.timeouts)
             .map_err(Error::Audit)?;
-        log_resumed(&audit.path, &resumed);
+        log_resumed(&audit.path, &resumed, inputs.metrics);
         let recorder = Arc::new(recorder);
         engine = engine.with_audit(recorder.clone());
         recorder_handle = Some(recorder);

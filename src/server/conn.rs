@@ -1,5 +1,7 @@
 //! Accepting gRPC connections under limits, before tonic sees them: at most
-//! `server.connections.max` open (one more is closed at once), a deadline from accept to the
+//! `server.connections.max` open, at most `maxPerPeer` from one source address, the last
+//! `reservedForCertified` slots only for addresses that completed a mutual-TLS handshake
+//! within the hour ([`crate::peers`]; one more is closed at once), a deadline from accept to the
 //! first HTTP/2 bytes that covers the TLS handshake, an idle timeout after that, and an accept
 //! loop that backs off on errors such as running out of file descriptors instead of spinning.
 //! Refusals and failed handshakes are logged, each kind at most once per [`LOG_EVERY`] with a
@@ -21,7 +23,7 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::server::TlsStream;
@@ -31,6 +33,8 @@ use tracing::{debug, warn};
 
 use super::tls::Tls;
 use crate::config::ConnectionSettings;
+use crate::peers::{self, OnRefused, Peers, Refused, Slot};
+use crate::telemetry::Chain;
 
 /// Each kind of connection refusal or failure is logged at most once per this interval.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -39,32 +43,72 @@ const MIN_BACKOFF: Duration = Duration::from_millis(10);
 /// The longest pause between accept attempts while accepting fails.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
-/// Starts accepting on `listener` and returns the connections that passed the limit and the
-/// TLS handshake (when `tls` is given), for tonic's `serve_with_incoming`. Accepting stops
-/// (and the listener closes) when `shutdown` is cancelled or the returned stream is dropped;
-/// every connection handed out fails its I/O once `force` is cancelled.
+/// The slots of a listener under `settings`: the reserve for certified clients applies only
+/// when `tls` verifies client certificates; `on_refused` counts each refusal.
+pub fn peers_for(
+    settings: &ConnectionSettings,
+    tls: Option<&Tls>,
+    on_refused: Option<OnRefused>,
+) -> Arc<Peers> {
+    let verifies = tls.is_some_and(Tls::verifies_clients);
+    Peers::with_hook(
+        peers::Limits {
+            max: settings.max,
+            max_per_peer: settings.max_per_peer,
+            reserved: if verifies {
+                settings.reserved_for_certified
+            } else {
+                0
+            },
+        },
+        on_refused,
+    )
+}
+
+/// Starts accepting on `listener` and returns the connections that `peers` took and that
+/// passed the TLS handshake (when `tls` is given), for tonic's `serve_with_incoming`.
+/// Accepting stops (and the listener closes) when `shutdown` is cancelled or the returned
+/// stream is dropped; every connection handed out fails its I/O once `force` is cancelled.
 pub fn incoming(
     listener: TcpListener,
     tls: Option<Arc<Tls>>,
     settings: ConnectionSettings,
+    peers: Arc<Peers>,
     shutdown: CancellationToken,
     force: CancellationToken,
 ) -> impl Stream<Item = Result<Conn, io::Error>> + Send + 'static {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(accept_loop(listener, tls, settings, tx, shutdown, force));
+    let accepting = Accepting {
+        tls,
+        settings,
+        peers,
+        logs: Arc::new(Logs::default()),
+    };
+    tokio::spawn(accept_loop(listener, accepting, tx, shutdown, force));
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|c| c.map(Ok)))
+}
+
+/// What the accept loop hands every connection it takes.
+struct Accepting {
+    tls: Option<Arc<Tls>>,
+    settings: ConnectionSettings,
+    peers: Arc<Peers>,
+    logs: Arc<Logs>,
 }
 
 async fn accept_loop(
     listener: TcpListener,
-    tls: Option<Arc<Tls>>,
-    settings: ConnectionSettings,
+    accepting: Accepting,
     tx: mpsc::UnboundedSender<Conn>,
     shutdown: CancellationToken,
     force: CancellationToken,
 ) {
-    let permits = Arc::new(Semaphore::new(settings.max));
-    let logs = Arc::new(Logs::default());
+    let Accepting {
+        tls,
+        settings,
+        peers,
+        logs,
+    } = accepting;
     // Dropping the set when the loop ends aborts the handshakes still running.
     let mut handshakes = JoinSet::new();
     let mut backoff = Duration::ZERO;
@@ -78,14 +122,14 @@ async fn accept_loop(
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) if per_connection(&e) => {
-                debug!(error = %e, "a connection failed while being accepted");
+                debug!(error = %Chain(&e), "a connection failed while being accepted");
                 continue;
             }
             Err(e) => {
                 backoff = (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
                 if let Some(suppressed) = logs.accept_failed.ready() {
                     warn!(
-                        error = %e,
+                        error = %Chain(&e),
                         backoff_ms = backoff.as_millis(),
                         suppressed,
                         "accepting a gRPC connection failed; backing off"
@@ -98,20 +142,16 @@ async fn accept_loop(
             }
         };
         backoff = Duration::ZERO;
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            if let Some(suppressed) = logs.limit_reached.ready() {
-                warn!(
-                    peer = %peer,
-                    limit = settings.max,
-                    suppressed,
-                    "gRPC connection refused: server.connections.max reached"
-                );
+        let permit = match peers.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(why) => {
+                log_refusal(&logs, &peers, peer, why);
+                drop(stream);
+                continue;
             }
-            drop(stream);
-            continue;
         };
         if let Err(e) = stream.set_nodelay(true) {
-            debug!(peer = %peer, error = %e, "setting TCP_NODELAY failed");
+            debug!(peer = %peer, error = %Chain(&e), "setting TCP_NODELAY failed");
         }
         handshakes.spawn(handshake(
             stream,
@@ -125,6 +165,38 @@ async fn accept_loop(
                 force: force.clone(),
             },
         ));
+    }
+}
+
+/// Logs a refused connection, at most once per [`LOG_EVERY`] for each reason.
+fn log_refusal(logs: &Logs, peers: &Peers, peer: SocketAddr, why: Refused) {
+    let limits = peers.limits();
+    let (open, from_peer) = peers.open(peer.ip());
+    match why {
+        Refused::PerPeer => {
+            if let Some(suppressed) = logs.peer_limit_reached.ready() {
+                warn!(
+                    peer = %peer,
+                    limit = limits.max_per_peer,
+                    open,
+                    suppressed,
+                    "gRPC connection refused: this address holds server.connections.maxPerPeer connections"
+                );
+            }
+        }
+        Refused::Full => {
+            if let Some(suppressed) = logs.limit_reached.ready() {
+                warn!(
+                    peer = %peer,
+                    limit = limits.max,
+                    reserved = limits.reserved,
+                    open,
+                    from_peer,
+                    suppressed,
+                    "gRPC connection refused: server.connections.max reached (the reservedForCertified slots are kept for addresses that completed a mutual-TLS handshake)"
+                );
+            }
+        }
     }
 }
 
@@ -151,7 +223,7 @@ fn per_connection(e: &io::Error) -> bool {
 async fn handshake(
     stream: TcpStream,
     peer: SocketAddr,
-    permit: OwnedSemaphorePermit,
+    mut permit: Slot,
     tls: Option<Arc<Tls>>,
     settings: ConnectionSettings,
     logs: Arc<Logs>,
@@ -165,10 +237,16 @@ async fn handshake(
     let io = match tls {
         None => Io::Plain(stream),
         Some(tls) => match tokio::time::timeout_at(deadline, tls.acceptor().accept(stream)).await {
-            Ok(Ok(tls)) => Io::Tls(Box::new(tls)),
+            Ok(Ok(stream)) => {
+                // The handshake checked the client's certificate when the server asks for one.
+                if tls.verifies_clients() {
+                    permit.certify();
+                }
+                Io::Tls(Box::new(stream))
+            }
             Ok(Err(e)) => {
                 if let Some(suppressed) = logs.handshake_failed.ready() {
-                    warn!(peer = %peer, error = %e, suppressed, "TLS handshake failed; connection closed");
+                    warn!(peer = %peer, error = %Chain(&e), suppressed, "TLS handshake failed; connection closed");
                 }
                 return;
             }
@@ -205,6 +283,7 @@ async fn handshake(
 #[derive(Debug, Default)]
 struct Logs {
     limit_reached: Throttle,
+    peer_limit_reached: Throttle,
     accept_failed: Throttle,
     handshake_failed: Throttle,
     handshake_timed_out: Throttle,
@@ -244,7 +323,7 @@ enum Io {
 
 /// An accepted connection, handed to tonic. Reads fail with `TimedOut` (and tonic closes the
 /// connection) when no HTTP/2 bytes arrived by the handshake deadline, or, once they did,
-/// when nothing was read for `idleTimeout`. Holds one of the `max` connection permits until
+/// when nothing was read for `idleTimeout`. Holds its slot of the listener's [`Peers`] until
 /// dropped.
 pub struct Conn {
     io: Io,
@@ -257,7 +336,7 @@ pub struct Conn {
     logs: Arc<Logs>,
     /// Completes when the server stops waiting for this connection to finish.
     force: Pin<Box<WaitForCancellationFutureOwned>>,
-    _permit: OwnedSemaphorePermit,
+    _permit: Slot,
 }
 
 impl Conn {

@@ -92,6 +92,12 @@ impl Tls {
         })
     }
 
+    /// Whether a completed handshake proves a client certificate chaining to the client CA
+    /// (a client CA is configured: the gRPC server always has one).
+    pub fn verifies_clients(&self) -> bool {
+        self.files.client_ca_file.is_some()
+    }
+
     /// An acceptor with the material served now, for one new connection.
     pub fn acceptor(&self) -> TlsAcceptor {
         TlsAcceptor::from(self.config.load_full())

@@ -57,7 +57,7 @@ pub enum Error {
     #[error(transparent)]
     Name(#[from] api::BadName),
     /// The API server could not be asked or refused the PodGroup.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Api {
         /// What was being done.
         what: String,

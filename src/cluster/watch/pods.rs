@@ -11,6 +11,7 @@ use tracing::warn;
 
 use crate::cluster::objects::{PodEntry, PodSet};
 use crate::cluster::{CompactPod, GangIndex, ObjectSet, PodKey};
+use crate::telemetry::Chain;
 
 /// The pods of the cluster as [`CompactPod`]s, by namespace and name: the reading half, cheap
 /// to clone. A [`PodWriter`] fills it from watcher events.
@@ -148,7 +149,7 @@ impl PodWriter {
             Ok(pod) => Some(PodEntry(Arc::new(pod))),
             Err(e) => {
                 let pod = PodKey::of(object.meta());
-                warn!(%pod, error = %e, "pod does not decode; left out");
+                warn!(%pod, error = %Chain(&e), "pod does not decode; left out");
                 None
             }
         };

@@ -20,6 +20,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::pods::{PodWriter, SharedIndex, lock};
 use super::{Health, drop_managed_fields};
 use crate::cluster::{GangIndex, GangObject, NodeTable, ObjectSet, StorageKind};
+use crate::telemetry::Chain;
 
 /// The retry delays of a failing watch: 0.5 s doubling to at most [`Retry::MAX`], back to the
 /// start after an event is received.
@@ -94,10 +95,10 @@ pub(super) fn drive<K>(
                         }
                         Some(Err(e)) => {
                             if health.failed(&kind) {
-                                warn!(error = %e, "watch failed; answering from the last objects until a new list completes");
+                                warn!(error = %Chain(&e), "watch failed; answering from the last objects until a new list completes");
                                 stream = watch_stream(&api);
                             } else {
-                                debug!(error = %e, "watch still failing; retrying with backoff");
+                                debug!(error = %Chain(&e), "watch still failing; retrying with backoff");
                             }
                         }
                         None => return,
@@ -286,7 +287,7 @@ pub(super) fn gang_object(ar: &ApiResource, o: &DynamicObject) -> Option<GangObj
     match serde_json::to_value(o) {
         Ok(v) => Some(GangObject::new(ar.api_version.clone(), ar.kind.clone(), v)),
         Err(e) => {
-            warn!(object = %o.name_any(), error = %e, "gang object does not encode; skipped");
+            warn!(object = %o.name_any(), error = %Chain(&e), "gang object does not encode; skipped");
             None
         }
     }

@@ -264,6 +264,16 @@ fn connection_settings(mut c: Obj<'_>, errs: &mut Errors) -> ConnectionSettings 
         .int("max", 1, MAX_CONNECTIONS, errs)
         .and_then(|n| usize::try_from(n).ok())
         .unwrap_or(defaults.max);
+    let (max_per_peer, reserved_for_certified) = peer_limits(&mut c, max, errs);
+    let metrics_max_per_peer = c
+        .int(
+            "metricsMaxPerPeer",
+            1,
+            crate::http::MAX_CONNECTIONS as i64,
+            errs,
+        )
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(defaults.metrics_max_per_peer);
     let round = keepalive_interval + keepalive_timeout;
     if idle_timeout <= round {
         errs.push(
@@ -278,11 +288,51 @@ fn connection_settings(mut c: Obj<'_>, errs: &mut Errors) -> ConnectionSettings 
     c.finish(errs);
     ConnectionSettings {
         max,
+        max_per_peer,
+        reserved_for_certified,
+        metrics_max_per_peer,
         handshake_timeout,
         idle_timeout,
         keepalive_interval,
         keepalive_timeout,
     }
+}
+
+/// `maxPerPeer` (default: 32, at most `max`) and `reservedForCertified` (default: a sixteenth
+/// of `max`), each checked against `max`.
+fn peer_limits(c: &mut Obj<'_>, max: usize, errs: &mut Errors) -> (usize, usize) {
+    let defaults = ConnectionSettings::default();
+    let per_peer = c
+        .int("maxPerPeer", 1, MAX_CONNECTIONS, errs)
+        .and_then(|n| usize::try_from(n).ok());
+    let max_per_peer = match per_peer {
+        Some(n) if n > max => {
+            errs.push(
+                &c.path("maxPerPeer"),
+                c.raw("maxPerPeer"),
+                format!("must not exceed max ({max}): one source address cannot hold more connections than the listener"),
+            );
+            max
+        }
+        Some(n) => n,
+        None => defaults.max_per_peer.min(max),
+    };
+    let reserved = c
+        .int("reservedForCertified", 0, MAX_CONNECTIONS, errs)
+        .and_then(|n| usize::try_from(n).ok());
+    let reserved_for_certified = match reserved {
+        Some(n) if n >= max => {
+            errs.push(
+                &c.path("reservedForCertified"),
+                c.raw("reservedForCertified"),
+                format!("must be below max ({max}), or no client without a certificate could ever connect"),
+            );
+            max / 16
+        }
+        Some(n) => n,
+        None => max / 16,
+    };
+    (max_per_peer, reserved_for_certified)
 }
 
 /// Whether two listen addresses would fight over one port: the same port (not 0, which picks

@@ -15,6 +15,7 @@ use super::state::{FailedNode, GroupRecord};
 use super::{FIELD_MANAGER, KwokProvisioner, MANAGED_BY, MANAGED_BY_LABEL, now_ms, spec};
 use crate::model::{BackendSpec, NodeGroupSpec, labels, millis};
 use crate::provision::Result;
+use crate::telemetry::Chain;
 
 /// Consecutive failures of the periodic steps of [`KwokProvisioner::run`], per step and group:
 /// the first failure of a streak is logged at warn, the others at debug, and the success that
@@ -55,10 +56,10 @@ impl Streaks {
                 let failures = self.0.entry(key).or_insert(0);
                 *failures += 1;
                 if *failures == 1 {
-                    warn!(node_group.id = group, step, error = %e, "failed; retrying every tick (further failures are logged at debug)");
+                    warn!(node_group.id = group, step, error = %Chain(&e), "failed; retrying every tick (further failures are logged at debug)");
                     Logged::Warn
                 } else {
-                    debug!(node_group.id = group, step, error = %e, failures = *failures, "still failing; will retry");
+                    debug!(node_group.id = group, step, error = %Chain(&e), failures = *failures, "still failing; will retry");
                     Logged::Debug
                 }
             }

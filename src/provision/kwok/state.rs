@@ -16,6 +16,7 @@ use super::{
 };
 use crate::model::{ErrorCode, Instance, NodeGroupId, NodeGroupSpec};
 use crate::provision::{Error, Result};
+use crate::telemetry::Chain;
 
 /// Capacity requested but not created yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,7 +117,7 @@ impl KwokProvisioner {
         }
         match self.known().0.get(group).and_then(pick) {
             Some(v) => {
-                debug!(node_group.id = %group, error = %err, what, "API server unreachable; answering from the last state read");
+                debug!(node_group.id = %group, error = %Chain(&err), what, "API server unreachable; answering from the last state read");
                 Ok(v)
             }
             None => Err(err),

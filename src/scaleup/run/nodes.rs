@@ -14,6 +14,7 @@ use crate::metrics::ReleaseLabels;
 use crate::model::reservation::{RESERVATION_TAINT, tolerated, value_for};
 use crate::scaleup::protect::{Marks, NodePatch, plan, wanted};
 use crate::scaleup::reserve::{self, Hold, ReleaseReason};
+use crate::telemetry::Chain;
 
 /// Most pods given the reservation toleration per tick, so a burst of new gangs does not
 /// flood the API server; the rest follow at the next ticks.
@@ -149,7 +150,7 @@ impl Loop {
                 && let Err(e) = self.recorder.record(&Record::new(now_ms, record))
             {
                 self.metrics.audit_append(false);
-                error!(node.name = %node, error = %e, "writing a reservation record failed; the node is left as it is and tried again at the next tick");
+                error!(node.name = %node, error = %Chain(&e), "writing a reservation record failed; the node is left as it is and tried again at the next tick");
                 unapplied(&mut protected, &mut held, patch);
                 continue;
             }
@@ -158,7 +159,7 @@ impl Loop {
                 Err(e) if e.not_found() => {}
                 Err(e) => {
                     unapplied(&mut protected, &mut held, patch);
-                    warn!(node.name = %node, error = %e, "changing a node's scale-down protection or reservation failed; will retry");
+                    warn!(node.name = %node, error = %Chain(&e), "changing a node's scale-down protection or reservation failed; will retry");
                 }
             }
         }
@@ -260,7 +261,7 @@ impl Loop {
                     self.tolerated.insert(key);
                 }
                 Err(e) => {
-                    debug!(pod.namespace = ns, pod.name = pod, error = %e, "adding the reservation toleration failed; will retry");
+                    debug!(pod.namespace = ns, pod.name = pod, error = %Chain(&e), "adding the reservation toleration failed; will retry");
                 }
             }
         }
