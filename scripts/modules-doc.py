@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Writes docs/modules.md from src/lib.rs: each module's line of the module map (the one
 source, which tests/layering.rs holds the code to), its summary from lib.rs's list, and its
-files under src/. Run from the repository root: python3 scripts/modules-doc.py"""
+files under src/. Run from the repository root: python3 scripts/modules-doc.py
+
+With --check it writes nothing and exits 1, naming the page, when docs/modules.md differs
+from what it would write (scripts/test.sh runs it so)."""
 import pathlib
 import re
 import sys
@@ -73,4 +76,13 @@ for name in modules:
     may = " ".join(deps.get(name, "(not in the map)").split())
     out += [f"- **may reference:** {may}"]
     out += ["- **files:** " + ", ".join(f"[`{f[4:]}`](../{f})" for f in files), ""]
-(root / "docs/modules.md").write_text("\n".join(out).rstrip() + "\n")
+page = root / "docs/modules.md"
+text_out = "\n".join(out).rstrip() + "\n"
+if "--check" in sys.argv[1:]:
+    if page.read_text() != text_out:
+        sys.exit(
+            "docs/modules.md is stale (the module map, summaries or files of src/ changed): "
+            "run python3 scripts/modules-doc.py and commit the page"
+        )
+    sys.exit(0)
+page.write_text(text_out)

@@ -29,6 +29,9 @@ cargo test --all-features --locked
 step "cargo doc (-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet
 
+step "docs: docs/modules.md is what scripts/modules-doc.py writes from src/"
+python3 scripts/modules-doc.py --check
+
 step "validate shipped configs"
 cargo run --quiet --locked -- validate --config provider-configs
 
