@@ -29,6 +29,9 @@ cargo test --all-features --locked
 step "cargo doc (-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked --quiet
 
+step "commit subjects at most 72 characters (since the rule)"
+scripts/commit-subjects.sh
+
 step "docs: docs/modules.md is what scripts/modules-doc.py writes from src/"
 python3 scripts/modules-doc.py --check
 
@@ -41,6 +44,9 @@ GANGSCALER_BIN="$CARGO_TARGET_DIR/debug/gangscaler" tests/conformance/run.sh
 
 step "image: static binary, FROM scratch image (buildah, no registry), validate and serve inside it as uid 65532"
 static_bin=$(scripts/image.sh | tail -n 1)
+
+step "e2e: the cluster-autoscaler sources fallback (a fetched tag is checked against its pinned commit)"
+tests/e2e/ca-sources-test.sh
 
 step "e2e: build the control plane and the Cluster API core manager (Go module proxy) and cluster-autoscaler 1.36.1 + 1.34.5 (../shared sources), cached under \$HOME/.cache/gangscaler/e2e"
 tests/e2e/build.sh --legacy-ca

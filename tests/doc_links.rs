@@ -213,3 +213,44 @@ fn a_broken_link_and_a_missing_anchor_are_found() {
     assert!(check(&readme, "#two-commands").is_none());
     assert!(check(&readme, "../../etc/passwd").is_some());
 }
+
+/// The rows of `tests/e2e/versions.env`: (minor, Kubernetes version, CA version).
+fn e2e_rows() -> Vec<(String, String, String)> {
+    let env = std::fs::read_to_string(root().join("tests/e2e/versions.env")).unwrap();
+    env.lines()
+        .filter(|l| l.starts_with("K8S_1_"))
+        .filter_map(|l| {
+            let row = l.split_once("=\"")?.1.trim_end_matches('"');
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            Some((cols[0].to_owned(), cols[1].to_owned(), cols[5].to_owned()))
+        })
+        .collect()
+}
+
+/// The README's compatibility table names, for each Kubernetes minor, the Kubernetes and CA
+/// versions its e2e row runs (`tests/e2e/versions.env`), so moving a row to a new patch
+/// without the table, or the reverse, fails.
+#[test]
+fn the_compatibility_table_names_the_versions_the_e2e_rows_run() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let rows = e2e_rows();
+    assert!(rows.len() >= 4, "{rows:?}");
+    for (minor, k8s, ca) in rows {
+        let line = readme
+            .lines()
+            .find(|l| {
+                l.strip_prefix(&format!("| {minor} "))
+                    .is_some_and(|rest| rest.starts_with('|') || rest.starts_with('('))
+            })
+            .unwrap_or_else(|| panic!("README.md's compatibility table has no row {minor}"));
+        let bare = k8s.trim_start_matches('v');
+        assert!(
+            line.contains(&format!("k8s {bare},")) || line.contains(&format!("k8s {k8s},")),
+            "README.md's row {minor} does not name k8s {bare} (tests/e2e/versions.env): {line}"
+        );
+        assert!(
+            line.contains(&format!("CA {ca}")),
+            "README.md's row {minor} does not name CA {ca}: {line}"
+        );
+    }
+}

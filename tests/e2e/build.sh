@@ -7,10 +7,11 @@
 #   $HOME/.cache/gangscaler/e2e/helm-<version>/helm
 #   $HOME/.cache/gangscaler/e2e/capi-<version>/manager   (Cluster API core controllers)
 # The control plane, etcd, kwok and helm come from the Go module proxy. The Go module proxy refuses
-# k8s.io/autoscaler/cluster-autoscaler, so the real cluster-autoscaler is built from the
-# upstream sources in ../shared/cluster-autoscaler/<version> (trimmed to the externalgrpc
-# build; override the folder with GANGSCALER_CA_SOURCES). It is built with -o into the cache,
-# never in place: that folder is read-only in CI. A warm cache rebuilds nothing. Prints the
+# k8s.io/autoscaler/cluster-autoscaler, so the real cluster-autoscaler is built from upstream
+# sources that tests/e2e/ca-sources.sh finds: GANGSCALER_CA_SOURCES, else
+# ../shared/cluster-autoscaler/<version> (trimmed to the externalgrpc build), else the pinned
+# upstream tag fetched with git into the cache. It is built with -o into the cache, never in
+# place: the sources may be read-only. A warm cache rebuilds nothing. Prints the
 # binary directory of each part.
 #
 # Usage: tests/e2e/build.sh [k8s-minor] [--legacy-ca]   (default minor 1.36)
@@ -35,7 +36,6 @@ read -r _ k8s_version staging_version _ _ ca_version _ <<<"$row"
 [ -n "$ca_version" ] || { echo "version row $row_var has no cluster-autoscaler column" >&2; exit 2; }
 export GOTOOLCHAIN=local CGO_ENABLED=0
 cache=${GANGSCALER_CACHE:-$HOME/.cache/gangscaler}/e2e
-ca_sources=${GANGSCALER_CA_SOURCES:-$here/../../../shared/cluster-autoscaler}
 log() { printf '[e2e-build] %s\n' "$*" >&2; }
 
 build_k8s() {
@@ -123,8 +123,8 @@ build_helm() {
 build_ca() {
   local version=$1 out="$cache/ca-$1"
   if [ -x "$out/cluster-autoscaler" ]; then echo "$out"; return; fi
-  local src="$ca_sources/$version"
-  [ -f "$src/go.mod" ] || { echo "no cluster-autoscaler $version sources in $src (see ../shared/cluster-autoscaler/README.md)" >&2; exit 2; }
+  local src
+  src=$("$here/ca-sources.sh" "$version")
   log "building cluster-autoscaler $version (externalgrpc) from $src (cold: about 2 min on 2 cores)"
   mkdir -p "$out.tmp"
   # -mod=readonly: upstream's go.mod and go.sum are used as they are and never rewritten.
