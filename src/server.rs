@@ -416,11 +416,12 @@ fn log_resumed(path: &std::path::Path, resumed: &crate::scaleup::Resumed, metric
     if let Some(first) = resumed.bad.first() {
         let files: std::collections::BTreeSet<&str> =
             resumed.bad.iter().map(|b| b.file.as_str()).collect();
+        let files = files.into_iter().collect::<Vec<_>>().join(",");
         warn!(
             audit.path = %path.display(),
             unreadable_lines = unreadable,
-            files = ?files,
-            first.file = ?first.file,
+            files = %files,
+            first.file = %first.file,
             first.line = first.line,
             first.error = ?first.error,
             records = resumed.records,

@@ -271,7 +271,10 @@ async fn without_create_on_nodes_in_the_chart_a_ca_scale_up_fails_with_forbidden
         Duration::from_secs(60),
         || {
             let line = s.forbidden_lines().into_iter().find(|l| {
-                l.contains("Forbidden") && l.contains("cannot create resource \"nodes\"")
+                // The error is a quoted log field: its own quotes are escaped there.
+                l.contains("Forbidden")
+                    && (l.contains("cannot create resource \"nodes\"")
+                        || l.contains("cannot create resource \\\"nodes\\\""))
             });
             async move { line }
         },
