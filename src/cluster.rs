@@ -35,16 +35,6 @@ mod v1beta1;
 pub mod watch;
 
 #[cfg(test)]
-mod decode_props;
-#[cfg(test)]
-mod demand_tests;
-#[cfg(test)]
-mod index_props;
-#[cfg(test)]
-mod objects_tests;
-#[cfg(test)]
-mod pod_tests;
-#[cfg(test)]
 mod tests;
 
 use std::fmt;

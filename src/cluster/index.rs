@@ -649,3 +649,6 @@ impl GangIndex {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -581,3 +581,6 @@ fn decode_at<T: DeserializeOwned>(
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -349,3 +349,6 @@ fn decode_ref<T: DeserializeOwned>(value: &Value, name: &str, prefix: &str) -> R
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

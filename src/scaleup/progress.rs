@@ -369,3 +369,6 @@ impl NodeProgress {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
