@@ -424,6 +424,3 @@ fn run_template(group: &str, dir: PathBuf, output: Output) -> anyhow::Result<()>
     print!("{text}");
     Ok(())
 }
-
-#[cfg(test)]
-mod tests;
