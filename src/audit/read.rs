@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::log::{MAX_TORN_TAIL, rotated_path};
+use super::log::MAX_TORN_TAIL;
+pub use super::log::rotated_paths;
 use super::record::Record;
 use super::{Error, Result};
 
@@ -226,41 +227,6 @@ pub(super) fn split_rotation(path: &Path) -> (PathBuf, u32) {
         Some(n) => (path.with_file_name(base), n),
         None => (path.to_owned(), 0),
     }
-}
-
-/// The existing rotated files of `path` (`<path>.N` … `<path>.1`, oldest first), followed by
-/// `path` itself: the order in which they hold the records.
-///
-/// # Errors
-/// [`Error::Read`] if the directory cannot be listed.
-pub fn rotated_paths(path: &Path) -> Result<Vec<PathBuf>> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let Some(base) = path.file_name().and_then(|n| n.to_str()) else {
-        return Ok(vec![path.to_owned()]);
-    };
-    let prefix = format!("{base}.");
-    let entries = std::fs::read_dir(dir).map_err(|source| Error::Read {
-        path: dir.to_owned(),
-        source,
-    })?;
-    let mut numbers: Vec<u32> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name();
-            let n = name.to_str()?.strip_prefix(&prefix)?;
-            if n.starts_with('0') {
-                return None;
-            }
-            n.parse::<u32>().ok()
-        })
-        .collect();
-    numbers.sort_unstable_by(|a, b| b.cmp(a));
-    let mut paths: Vec<PathBuf> = numbers.into_iter().map(|n| rotated_path(path, n)).collect();
-    paths.push(path.to_owned());
-    Ok(paths)
 }
 
 #[cfg(test)]
