@@ -5,6 +5,7 @@ mod audit;
 mod capacity;
 mod convert;
 mod doctor;
+mod notes;
 mod plan;
 mod webhook;
 
