@@ -21,20 +21,10 @@
 
 use std::collections::BTreeMap;
 
+pub use super::progress::GroupFacts;
 use super::progress::{GangProgress, NodeProgress};
 use super::track::{Key, Observation, Open};
 use crate::audit::{Outcome, Phase};
-
-/// One node group's instances, as the backend and the API server show them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GroupFacts {
-    /// The group's registered nodes.
-    pub nodes: Vec<NodeProgress>,
-    /// Instances the backend lists that are neither failed nor registered as nodes yet.
-    pub pending: u32,
-    /// Failed instances, one description each (`<instance>: <code>: <message>`).
-    pub failed: Vec<String>,
-}
 
 /// Everything [`observe`] reads, gathered at one instant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
