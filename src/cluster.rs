@@ -24,6 +24,7 @@ mod composites;
 mod demand;
 mod gangs;
 mod index;
+mod meta;
 mod node;
 mod objects;
 mod pod;

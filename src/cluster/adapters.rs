@@ -25,6 +25,7 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 
+use super::meta::join_path;
 use super::objects::GangObject;
 use super::problem::Issue;
 use super::{v1alpha1, v1alpha2, v1beta1};
@@ -213,16 +214,6 @@ impl PolicySpec {
                 path: path.to_owned(),
             }),
         }
-    }
-}
-
-/// The dotted path of a field `inner` (as `serde_path_to_error` writes it, `.` for the value
-/// itself) below `prefix` (empty for the object root).
-pub(crate) fn join_path(prefix: &str, inner: &str) -> String {
-    match (prefix.is_empty(), inner) {
-        (true, p) => p.to_owned(),
-        (false, ".") => prefix.to_owned(),
-        (false, p) => format!("{prefix}.{p}"),
     }
 }
 
