@@ -19,6 +19,7 @@
 //! A CompositePodGroup with a gang policy becomes a [`Composite`](crate::model::Composite) of
 //! the gangs naming it (`spec.parentCompositePodGroupName`), in [`GangView::composites`].
 
+mod adapter;
 pub mod adapters;
 mod composites;
 mod demand;
