@@ -5,6 +5,7 @@ mod audit;
 mod capacity;
 mod convert;
 mod doctor;
+mod notes;
 mod plan;
 mod webhook;
 
@@ -424,6 +425,3 @@ fn run_template(group: &str, dir: PathBuf, output: Output) -> anyhow::Result<()>
     print!("{text}");
     Ok(())
 }
-
-#[cfg(test)]
-mod tests;

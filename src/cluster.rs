@@ -19,11 +19,13 @@
 //! A CompositePodGroup with a gang policy becomes a [`Composite`](crate::model::Composite) of
 //! the gangs naming it (`spec.parentCompositePodGroupName`), in [`GangView::composites`].
 
+mod adapter;
 pub mod adapters;
 mod composites;
 mod demand;
 mod gangs;
 mod index;
+mod meta;
 mod node;
 mod objects;
 mod pod;
@@ -34,16 +36,6 @@ mod v1alpha2;
 mod v1beta1;
 pub mod watch;
 
-#[cfg(test)]
-mod decode_props;
-#[cfg(test)]
-mod demand_tests;
-#[cfg(test)]
-mod index_props;
-#[cfg(test)]
-mod objects_tests;
-#[cfg(test)]
-mod pod_tests;
 #[cfg(test)]
 mod tests;
 

@@ -4,11 +4,13 @@
 pub mod echo;
 pub mod gang;
 pub mod hash;
+mod humantime_serde_compat;
 pub mod instance;
 pub mod labels;
 pub mod node_group;
 pub mod quantity;
 pub mod reservation;
+pub mod taint;
 pub mod template;
 
 pub use echo::{ECHO_CHARS, Echo, echo};
@@ -20,7 +22,8 @@ pub use instance::{ErrorClass, ErrorCode, Instance, InstanceError, InstanceState
 pub use node_group::{
     AttachSimulation, AutoscalingOptionOverrides, AutoscalingOptions, BackendSpec, Capacity,
     ClusterApiBackendSpec, GpuSpec, KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec,
-    RdmaSpec, SimulatedFailure, Taint, TaintEffect, millis,
+    RdmaSpec, SimulatedFailure, millis,
 };
 pub use reservation::ReservationSpec;
+pub use taint::{Taint, TaintEffect};
 pub use template::TemplateNode;

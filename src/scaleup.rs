@@ -48,8 +48,6 @@ pub mod run;
 pub mod track;
 
 #[cfg(test)]
-mod progress_tests;
-#[cfg(test)]
 mod test_support;
 
 pub use observe::{Facts, GroupFacts, observe};

@@ -41,7 +41,7 @@
 //! (`<path>.1` → `<path>.2`, …), the one past [`Config::keep_files`] is deleted, a fresh live
 //! file is created and the directory is synced. Each rename is atomic, so a crash during
 //! rotation can leave a gap in the numbering but never a duplicate or partial file. Reading
-//! [`rotated_paths`](super::read::rotated_paths) in order gives every record once, oldest first.
+//! [`rotated_paths`] in order gives every record once, oldest first.
 //!
 //! # File mode
 //!
@@ -135,6 +135,41 @@ pub fn rotated_path(path: &Path, n: u32) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// The existing rotated files of `path` (`<path>.N` … `<path>.1`, oldest first), followed by
+/// `path` itself: the order in which they hold the records.
+///
+/// # Errors
+/// [`Error::Read`] if the directory cannot be listed.
+pub fn rotated_paths(path: &Path) -> Result<Vec<PathBuf>> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Some(base) = path.file_name().and_then(|n| n.to_str()) else {
+        return Ok(vec![path.to_owned()]);
+    };
+    let prefix = format!("{base}.");
+    let entries = std::fs::read_dir(dir).map_err(|source| Error::Read {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut numbers: Vec<u32> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name();
+            let n = name.to_str()?.strip_prefix(&prefix)?;
+            if n.starts_with('0') {
+                return None;
+            }
+            n.parse::<u32>().ok()
+        })
+        .collect();
+    numbers.sort_unstable_by(|a, b| b.cmp(a));
+    let mut paths: Vec<PathBuf> = numbers.into_iter().map(|n| rotated_path(path, n)).collect();
+    paths.push(path.to_owned());
+    Ok(paths)
+}
+
 #[derive(Debug)]
 struct Live {
     file: File,
@@ -171,7 +206,7 @@ impl AuditLog {
             source,
         })?;
         if !created {
-            for rotated in super::read::rotated_paths(&path)? {
+            for rotated in rotated_paths(&path)? {
                 if rotated != path {
                     set_path_mode(&rotated, config.file_mode).map_err(|source| Error::Open {
                         path: rotated.clone(),

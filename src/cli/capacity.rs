@@ -12,6 +12,7 @@ use crate::planner::capacity::{Skipped, collapse, shapes_of};
 use crate::planner::{Capacity, GangShape, NodeShape, Threshold, capacity};
 
 use super::PlanOutput;
+use super::notes::{print_composites, print_view_notes};
 
 /// Every gang spec of every trace, in file and line order.
 pub(super) fn read_traces(traces: &[PathBuf]) -> anyhow::Result<Vec<GangShape>> {
@@ -49,7 +50,7 @@ pub(super) fn run(
         }
         PlanOutput::Table => {
             print_table(&result, &skipped, view);
-            super::plan::print_composites(composites);
+            print_composites(composites);
         }
     }
     Ok(())
@@ -146,19 +147,6 @@ fn print_table(result: &Capacity, skipped: &[Skipped], view: &GangView) {
         println!("skipped gang {}: {}", s.gang, s.reason);
     }
     print_view_notes(view);
-}
-
-/// The notes under a report: pending pods of no gang, and the problems the view found.
-pub(super) fn print_view_notes(view: &GangView) {
-    if !view.ungrouped_pending.is_empty() {
-        println!(
-            "{} pending pod(s) belong to no gang (CA's per-pod semantics apply)",
-            view.ungrouped_pending.len()
-        );
-    }
-    for p in &view.problems {
-        println!("problem: {p}");
-    }
 }
 
 /// What one member requests, e.g. `cpu 16, memory 200Gi, nvidia.com/gpu 1, ebs.csi.aws.com

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::PlanOutput;
 use super::capacity;
+use super::notes::{print_composites, print_view_notes};
 use crate::config::Source;
 
 pub(super) async fn run_plan(
@@ -127,41 +128,6 @@ pub(super) fn composite_previews(
     )
 }
 
-/// The composites section of the table output: each composite that has not formed, and the
-/// cross-group placement it would get, or why none.
-pub(super) fn print_composites(composites: &[crate::planner::CompositePreview]) {
-    for c in composites {
-        let children: Vec<String> = c.children.iter().map(|g| g.name.clone()).collect();
-        println!(
-            "composite {} ({}) priority {} minGroupCount {} children [{}]",
-            c.composite,
-            c.composite.api_version,
-            c.priority,
-            c.min_group_count,
-            children.join(", ")
-        );
-        match (&c.admission, &c.reason) {
-            (Some(a), _) => {
-                if let Some((k, v)) = &a.domain {
-                    println!("  all children in {k}={v}");
-                }
-                for (group, placed) in &a.shares {
-                    for child in placed {
-                        println!(
-                            "  {:<24} {:>4} nodes  {} (whole)",
-                            group.to_string(),
-                            child.nodes,
-                            child.gang.name
-                        );
-                    }
-                }
-            }
-            (None, Some(reason)) => println!("  cannot be placed whole: {reason}"),
-            (None, None) => {}
-        }
-    }
-}
-
 pub(super) fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluster::GangView) {
     use crate::planner::FitOutcome;
     if plan.gangs.is_empty() {
@@ -225,5 +191,5 @@ pub(super) fn print_plan_table(plan: &crate::planner::Plan, view: &crate::cluste
             }
         }
     }
-    capacity::print_view_notes(view);
+    print_view_notes(view);
 }

@@ -17,7 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::adapters::{self, CompositeDef, Reading};
+use super::adapter::{CompositeDef, Reading};
+use super::adapters;
 use super::gangs::{GangView, trust_scheduled};
 use super::objects::ObjectSet;
 use super::problem::{Issue, ObjectRef, Problem};

@@ -605,3 +605,6 @@ fn attach_required(objects: &ObjectSet, driver: &str) -> bool {
         .and_then(|d| d.spec.attach_required)
         != Some(false)
 }
+
+#[cfg(test)]
+mod tests;

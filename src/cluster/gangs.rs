@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::adapters::{self, GroupDef, GroupKey, Reading, ScheduledCondition, SchedulingPolicy};
+use super::adapter::{GroupDef, GroupKey, Reading, ScheduledCondition, SchedulingPolicy};
+use super::adapters;
 use super::demand::resolve;
 use super::objects::ObjectSet;
 use super::pod::{CompactPod, PodLink};

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 
-use super::adapters::{GroupDef, GroupKey, SchedulingPolicy};
+use super::adapter::{GroupDef, GroupKey, SchedulingPolicy};
 use super::gangs::{GangView, Known, gang_name, link, missing_ref};
 use super::objects::{GangObject, GangObjectKey, ObjectSet, PodSet, StorageKind};
 use super::pod::{CompactPod, PodKey};
@@ -649,3 +649,6 @@ impl GangIndex {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::pod::{CompactPod, PodKey};
+use super::meta::{DEFAULT_NAMESPACE, join_path, object_name};
+use super::pod::{CompactPod, PodKey, WorkloadRef};
 use super::{Error, Location, Result};
 
 /// API group of the gang-scheduling kinds.
@@ -20,28 +20,10 @@ pub(crate) const SCHEDULING_GROUP: &str = "scheduling.k8s.io";
 /// Kinds of [`SCHEDULING_GROUP`] kept as [`GangObject`]s (`PriorityClass` is not one).
 const GANG_KINDS: [&str; 3] = ["Workload", "PodGroup", "CompositePodGroup"];
 
-/// Namespace assumed for namespaced objects written without one.
-pub(crate) const DEFAULT_NAMESPACE: &str = "default";
-
 const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
     "storageclass.kubernetes.io/is-default-class",
     "storageclass.beta.kubernetes.io/is-default-class",
 ];
-
-/// `pod.spec.workloadRef` (Kubernetes 1.35, `GenericWorkload` gate): the pod's Workload, the
-/// pod group inside it and an optional replica key. Removed in 1.36, so the typed v1.36
-/// [`Pod`] drops it; [`CompactPod`] keeps it as the pod's link.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct WorkloadRef {
-    /// Workload name (same namespace as the pod).
-    pub name: String,
-    /// Name of the entry in the Workload's `spec.podGroups`.
-    pub pod_group: String,
-    /// Replica key; empty when unset.
-    #[serde(default)]
-    pub pod_group_replica_key: String,
-}
 
 /// A shared [`CompactPod`] ordered (and found) by its [`PodKey`].
 #[derive(Debug, Clone)]
@@ -535,18 +517,6 @@ fn display_name(value: &Value) -> String {
     )
 }
 
-/// `namespace/name`, `name` or `<unnamed>`, for messages; empty parts count as missing.
-pub(crate) fn object_name(namespace: Option<&str>, name: Option<&str>) -> String {
-    match (
-        namespace.filter(|n| !n.is_empty()),
-        name.filter(|n| !n.is_empty()),
-    ) {
-        (Some(ns), Some(name)) => format!("{ns}/{name}"),
-        (None, Some(name)) => name.to_owned(),
-        _ => "<unnamed>".to_owned(),
-    }
-}
-
 fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -571,7 +541,7 @@ fn decode_at<T: DeserializeOwned>(
     prefix: &str,
 ) -> Result<T> {
     serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = super::adapters::join_path(prefix, &e.path().to_string());
+        let path = join_path(prefix, &e.path().to_string());
         Error::Decode {
             at,
             kind: kind.to_owned(),
@@ -581,3 +551,6 @@ fn decode_at<T: DeserializeOwned>(
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

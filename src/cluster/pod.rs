@@ -15,11 +15,13 @@
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::demand::{RawDemand, raw_demand, resolve};
-use super::objects::{DEFAULT_NAMESPACE, ObjectSet, WorkloadRef};
+use super::meta::{DEFAULT_NAMESPACE, object_name};
+use super::objects::ObjectSet;
 use super::problem::Issue;
 use super::{Error, Location};
 use crate::model::PodDemand;
@@ -69,6 +71,21 @@ pub enum PodLink {
     },
 }
 
+/// `pod.spec.workloadRef` (Kubernetes 1.35, `GenericWorkload` gate): the pod's Workload, the
+/// pod group inside it and an optional replica key. Removed in 1.36, so the typed v1.36
+/// [`Pod`] drops it; [`CompactPod`] keeps it as the pod's link.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WorkloadRef {
+    /// Workload name (same namespace as the pod).
+    pub name: String,
+    /// Name of the entry in the Workload's `spec.podGroups`.
+    pub pod_group: String,
+    /// Replica key; empty when unset.
+    #[serde(default)]
+    pub pod_group_replica_key: String,
+}
+
 /// What the adapters read of one pod (the module docs say what is kept and why).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactPod {
@@ -102,7 +119,7 @@ impl CompactPod {
     /// # Errors
     /// [`Error::Decode`] when `spec` or `spec.workloadRef` does not match its schema.
     pub fn from_dynamic(object: &kube::core::DynamicObject) -> Result<Self, Error> {
-        let name = super::objects::object_name(
+        let name = object_name(
             object.metadata.namespace.as_deref(),
             object.metadata.name.as_deref(),
         );
@@ -349,3 +366,6 @@ fn decode_ref<T: DeserializeOwned>(value: &Value, name: &str, prefix: &str) -> R
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

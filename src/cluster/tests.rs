@@ -4,6 +4,8 @@
 use super::*;
 use crate::model::Gang;
 
+mod props;
+
 /// 2026-09-01T12:00:00Z.
 const NOW: i64 = 1_788_264_000;
 

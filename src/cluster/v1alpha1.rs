@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::adapters::{
+use super::adapter::{
     Adapter, GroupDef, GroupKey, PolicySpec, Reading, created, decode, require_name,
 };
 use super::objects::GangObject;

@@ -10,7 +10,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::adapters::{
+use super::adapter::{
     Adapter, Condition, GroupDef, GroupKey, PolicySpec, Reading, condition, created, decode,
     decode_field, non_empty, require_name,
 };

@@ -15,7 +15,7 @@
 
 use serde::Deserialize;
 
-use super::adapters::{
+use super::adapter::{
     Adapter, CompositeDef, Reading, condition, created, decode_field, non_empty, require_name,
 };
 use super::objects::GangObject;

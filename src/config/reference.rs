@@ -9,52 +9,13 @@
 //! the keys: what the validator reads is exactly what its unknown-field check accepts.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
 use super::validate::{self, BACKEND_TYPES};
 use super::walk::Errors;
-
-/// The kind of value the validator reads at a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    /// A mapping of further fields.
-    Section,
-    /// A list.
-    List,
-    /// A mapping of free-form keys (labels, CSI drivers).
-    Map,
-    /// A string (a path, a name, an address, one of a set of words).
-    String,
-    /// `true` or `false`.
-    Bool,
-    /// A whole number.
-    Int,
-    /// A finite number.
-    Number,
-    /// A Kubernetes quantity (`"16Gi"`).
-    Quantity,
-    /// A duration (`"30s"`).
-    Duration,
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Section => "section",
-            Self::List => "list",
-            Self::Map => "map",
-            Self::String => "string",
-            Self::Bool => "bool",
-            Self::Int => "int",
-            Self::Number => "number",
-            Self::Quantity => "quantity",
-            Self::Duration => "duration",
-        })
-    }
-}
+pub use super::walk::Kind;
 
 /// One field of a configuration file.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

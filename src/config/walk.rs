@@ -4,18 +4,57 @@
 //! schema `super::reference` lists.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
 use super::FieldError;
-use super::reference::Kind;
 use crate::model::quantity::Quantity;
 
 /// Most field errors kept per file; the rest are counted in one closing entry, so a junk
 /// file cannot print hundreds of thousands of lines.
 pub const MAX_ERRORS_PER_FILE: usize = 50;
+
+/// The kind of value the validator reads at a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// A mapping of further fields.
+    Section,
+    /// A list.
+    List,
+    /// A mapping of free-form keys (labels, CSI drivers).
+    Map,
+    /// A string (a path, a name, an address, one of a set of words).
+    String,
+    /// `true` or `false`.
+    Bool,
+    /// A whole number.
+    Int,
+    /// A finite number.
+    Number,
+    /// A Kubernetes quantity (`"16Gi"`).
+    Quantity,
+    /// A duration (`"30s"`).
+    Duration,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Section => "section",
+            Self::List => "list",
+            Self::Map => "map",
+            Self::String => "string",
+            Self::Bool => "bool",
+            Self::Int => "int",
+            Self::Number => "number",
+            Self::Quantity => "quantity",
+            Self::Duration => "duration",
+        })
+    }
+}
 
 /// Collects field errors for one file.
 #[derive(Debug)]

@@ -423,5 +423,4 @@ mod pods;
 use pods::{pod_link, visit_pod_specs};
 
 #[cfg(test)]
-#[path = "convert_tests.rs"]
 mod tests;

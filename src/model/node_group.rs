@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::humantime_serde_compat;
 use super::quantity::Quantity;
+pub use super::taint::{Taint, TaintEffect};
 
 /// The stable id of a node group, as CA sees it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -76,49 +78,6 @@ pub struct RdmaSpec {
     pub bandwidth_gbps: u32,
     /// Extended-resource name that advertises the bandwidth.
     pub bandwidth_resource_name: String,
-}
-
-/// Effect of a taint, as Kubernetes spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum TaintEffect {
-    /// `NoSchedule`.
-    NoSchedule,
-    /// `PreferNoSchedule`.
-    PreferNoSchedule,
-    /// `NoExecute`.
-    NoExecute,
-}
-
-impl TaintEffect {
-    /// The Kubernetes spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::NoSchedule => "NoSchedule",
-            Self::PreferNoSchedule => "PreferNoSchedule",
-            Self::NoExecute => "NoExecute",
-        }
-    }
-
-    /// Parses the Kubernetes spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "NoSchedule" => Some(Self::NoSchedule),
-            "PreferNoSchedule" => Some(Self::PreferNoSchedule),
-            "NoExecute" => Some(Self::NoExecute),
-            _ => None,
-        }
-    }
-}
-
-/// A node taint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Taint {
-    /// Taint key.
-    pub key: String,
-    /// Taint value (may be empty).
-    pub value: String,
-    /// Taint effect.
-    pub effect: TaintEffect,
 }
 
 /// Failure injected by a simulating backend (memory, kwok) after a number of good instances:
@@ -345,30 +304,6 @@ impl NodeGroupSpec {
         }
         s.push_str(&format!(", backend {}", self.backend.kind()));
         s
-    }
-}
-
-/// Serde helpers that print durations the way the config accepts them (`"20s"`).
-pub(super) mod humantime_serde_compat {
-    use std::time::Duration;
-
-    use serde::Serializer;
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&humantime::format_duration(*d))
-    }
-
-    pub mod option {
-        use std::time::Duration;
-
-        use serde::Serializer;
-
-        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-            match d {
-                Some(d) => super::serialize(d, s),
-                None => s.serialize_none(),
-            }
-        }
     }
 }
 

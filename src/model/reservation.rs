@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use super::gang::{GangRef, PodDemand, Toleration, TolerationOperator};
-use super::node_group::TaintEffect;
+use super::taint::TaintEffect;
 
 /// The reservation taint's key.
 pub const RESERVATION_TAINT: &str =
@@ -51,7 +51,7 @@ pub struct ReservationSpec {
     pub enabled: bool,
     /// How long after a reserved node became Ready it stays held for a gang that has not
     /// formed.
-    #[serde(with = "super::node_group::humantime_serde_compat")]
+    #[serde(with = "super::humantime_serde_compat")]
     pub booking_deadline: Duration,
 }
 

@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde::Serialize;
 
-use super::observe::GroupFacts;
 use super::track::Open;
 use crate::cluster::{
     GangIndex, GangView, NodeSummary, NodeTable, ObjectSet, attachable_claims, gang_name, link,
@@ -335,6 +334,17 @@ fn disrupted_members(objects: &ObjectSet) -> BTreeMap<(&str, String), BTreeSet<S
     out
 }
 
+/// One node group's instances, as the backend and the API server show them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupFacts {
+    /// The group's registered nodes.
+    pub nodes: Vec<NodeProgress>,
+    /// Instances the backend lists that are neither failed nor registered as nodes yet.
+    pub pending: u32,
+    /// Failed instances, one description each (`<instance>: <code>: <message>`).
+    pub failed: Vec<String>,
+}
+
 /// A node group's facts from its `instances`, as its backend lists them, and the
 /// [`NodeTable`]: failed instances, registered nodes, and instances neither failed nor
 /// registered yet (pending). An instance being deleted that has no node is neither.
@@ -369,3 +379,6 @@ impl NodeProgress {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

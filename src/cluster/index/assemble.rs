@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::super::adapters::{self, GroupDef, GroupKey, Reading, SchedulingPolicy};
+use super::super::adapter::{GroupDef, GroupKey, Reading, SchedulingPolicy};
+use super::super::adapters;
 use super::super::demand::resolve;
 use super::super::gangs::{Known, Members, build_gang, trust_scheduled};
 use super::super::objects::{GangObject, ObjectSet};

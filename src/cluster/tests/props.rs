@@ -9,7 +9,7 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
-use super::*;
+use crate::cluster::*;
 
 /// The objects of each fixture file of every served version, list items flattened (read
 /// once): a file's pods name its gang objects, so mutated copies still join into gangs.
@@ -25,12 +25,12 @@ fn corpus() -> Vec<&'static Value> {
 
 fn read_files() -> Vec<Vec<Value>> {
     const FILES: [&str; 6] = [
-        include_str!("../../tests/fixtures/gangs/v1alpha1/gangs.yaml"),
-        include_str!("../../tests/fixtures/gangs/v1alpha2/gangs.yaml"),
-        include_str!("../../tests/fixtures/gangs/v1alpha3/gangs.yaml"),
-        include_str!("../../tests/fixtures/gangs/v1beta1/gangs.yaml"),
-        include_str!("../../tests/fixtures/gangs/demand/resources.yaml"),
-        include_str!("../../tests/fixtures/gangs/demand/volumes.yaml"),
+        include_str!("../../../tests/fixtures/gangs/v1alpha1/gangs.yaml"),
+        include_str!("../../../tests/fixtures/gangs/v1alpha2/gangs.yaml"),
+        include_str!("../../../tests/fixtures/gangs/v1alpha3/gangs.yaml"),
+        include_str!("../../../tests/fixtures/gangs/v1beta1/gangs.yaml"),
+        include_str!("../../../tests/fixtures/gangs/demand/resources.yaml"),
+        include_str!("../../../tests/fixtures/gangs/demand/volumes.yaml"),
     ];
     FILES
         .iter()

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde_json::json;
 
-use super::progress::{GangProgress, NodeProgress, node_progress, progress};
+use super::{GangProgress, NodeProgress, node_progress, progress};
 use crate::cluster::{ObjectSet, gangs};
 use crate::model::GangRef;
 

@@ -2,11 +2,12 @@
 //! name the document, kind, name and field.
 
 use super::*;
+use crate::cluster::{GangView, gangs};
 
 /// 2026-09-01T12:00:00Z.
 const NOW: i64 = 1_788_264_000;
 
-const V1ALPHA1: &str = include_str!("../../tests/fixtures/gangs/v1alpha1/gangs.yaml");
+const V1ALPHA1: &str = include_str!("../../../tests/fixtures/gangs/v1alpha1/gangs.yaml");
 
 fn member_names(view: &GangView, name: &str) -> Vec<String> {
     let gang = view.gangs.iter().find(|g| g.id.name == name).unwrap();

@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::cluster::gangs;
 use crate::model::{
     PodDemand, SelectorOperator, SelectorRequirement, TaintEffect, Toleration, TolerationOperator,
 };
 
-const RESOURCES: &str = include_str!("../../tests/fixtures/gangs/demand/resources.yaml");
-const VOLUMES: &str = include_str!("../../tests/fixtures/gangs/demand/volumes.yaml");
+const RESOURCES: &str = include_str!("../../../tests/fixtures/gangs/demand/resources.yaml");
+const VOLUMES: &str = include_str!("../../../tests/fixtures/gangs/demand/volumes.yaml");
 
 const GI: u64 = 1 << 30;
 const MI: u64 = 1 << 20;

@@ -11,20 +11,21 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::cluster::gangs;
 
 /// Every object of the fixture files (all served versions, demand and volumes), list items
 /// flattened, kinds the index does not hold left out.
 fn corpus() -> &'static [Value] {
     static CORPUS: std::sync::LazyLock<Vec<Value>> = std::sync::LazyLock::new(|| {
         const FILES: [&str; 8] = [
-            include_str!("../../tests/fixtures/gangs/v1alpha1/gangs.yaml"),
-            include_str!("../../tests/fixtures/gangs/v1alpha1/partial.yaml"),
-            include_str!("../../tests/fixtures/gangs/v1alpha2/gangs.yaml"),
-            include_str!("../../tests/fixtures/gangs/v1alpha2/partial.yaml"),
-            include_str!("../../tests/fixtures/gangs/v1alpha3/gangs.yaml"),
-            include_str!("../../tests/fixtures/gangs/v1beta1/gangs.yaml"),
-            include_str!("../../tests/fixtures/gangs/demand/resources.yaml"),
-            include_str!("../../tests/fixtures/gangs/demand/volumes.yaml"),
+            include_str!("../../../tests/fixtures/gangs/v1alpha1/gangs.yaml"),
+            include_str!("../../../tests/fixtures/gangs/v1alpha1/partial.yaml"),
+            include_str!("../../../tests/fixtures/gangs/v1alpha2/gangs.yaml"),
+            include_str!("../../../tests/fixtures/gangs/v1alpha2/partial.yaml"),
+            include_str!("../../../tests/fixtures/gangs/v1alpha3/gangs.yaml"),
+            include_str!("../../../tests/fixtures/gangs/v1beta1/gangs.yaml"),
+            include_str!("../../../tests/fixtures/gangs/demand/resources.yaml"),
+            include_str!("../../../tests/fixtures/gangs/demand/volumes.yaml"),
         ];
         let mut out = Vec::new();
         for text in FILES {
