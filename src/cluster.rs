@@ -34,6 +34,7 @@ mod unseen;
 mod v1alpha1;
 mod v1alpha2;
 mod v1beta1;
+mod view;
 pub mod watch;
 
 #[cfg(test)]
@@ -43,7 +44,7 @@ use std::fmt;
 
 pub(crate) use demand::attachable_claims;
 pub use demand::{daemon_set_demand, demand};
-pub use gangs::{GangView, SCHEDULED_GRACE_SECS, gangs};
+pub use gangs::gangs;
 pub(crate) use gangs::{gang_name, link};
 pub use index::GangIndex;
 pub use node::{NodeSummary, NodeTable, is_node_ready};
@@ -51,6 +52,7 @@ pub use objects::{GangObject, GangObjectKey, ObjectSet, StorageKind};
 pub use pod::{CompactPod, PodKey, PodLink};
 pub use problem::{ClaimCause, Issue, ObjectRef, Problem};
 pub use unseen::{Unseen, unseen};
+pub use view::{GangView, SCHEDULED_GRACE_SECS};
 pub use watch::{ClusterView, PodStore, PodWriter, SharedIndex, Stale, WatchError};
 
 /// Where in the input an object came from.

@@ -2,16 +2,22 @@
 //! `Refresh` when its files change), routes each node group to its provisioning backend and
 //! turns backend answers into the contract CA relies on. Depends on `config`, `provision`,
 //! `planner` and `cluster` (gang admission), `scaleup` (the recorder of decisions; the engine
-//! is the scale-up loop's [`InstanceSource`]), `audit` (record phases), `events`, `leader`,
-//! `metrics`, `clock` and `model`; knows nothing of gRPC. `reload` re-reads the
-//! configuration, `decisions` records what the engine decided, `failed` keeps the failed
-//! instances CA deleted before the scale-up loop saw them.
+//! is the scale-up loop's [`InstanceSource`](crate::scaleup::InstanceSource)), `audit`
+//! (record phases), `events`, `leader`, `metrics`, `clock` and `model`; knows nothing of
+//! gRPC. `reload` re-reads the configuration, `decisions` records what the engine decided,
+//! `failed` keeps the failed instances CA deleted before the scale-up loop saw them, `acting`
+//! holds changes to the leader and takes the audit log over, `instances` answers the
+//! scale-up loop, `error` lists the errors.
 
+mod acting;
 pub mod admission;
 mod composite;
 mod decisions;
+mod error;
 mod failed;
+mod instances;
 mod reload;
+mod request;
 mod reservation;
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,103 +25,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use async_trait::async_trait;
 use tracing::{info, warn};
 
 use crate::clock;
 use crate::config::{self, Fingerprint, Loaded};
 use crate::metrics::Metrics;
-use crate::model::{
-    AutoscalingOptions, GangRef, Instance, NodeGroupId, NodeGroupSpec, TemplateNode, echo,
-};
-use crate::provision::{self, NodeRef, Provisioner};
-use crate::scaleup::{InstanceSource, InstancesError, Recorder};
+use crate::model::{AutoscalingOptions, Instance, NodeGroupSpec, TemplateNode, echo};
+use crate::provision::{NodeRef, Provisioner};
+use crate::scaleup::Recorder;
 use crate::telemetry::Chain;
-
-/// Engine errors; `grpc::status` maps each to one gRPC code.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// No node group has this id (shown cut short and escaped: it comes from the request).
-    #[error("node group \"{}\" not found", echo(.0))]
-    GroupNotFound(String),
-    /// The request is malformed (bad delta, bad timestamps, missing node).
-    #[error("{0}")]
-    InvalidRequest(String),
-    /// The group has no template node (no `capacity` configured).
-    #[error("node group {0} has no template node: set capacity in its configuration")]
-    NoTemplate(NodeGroupId),
-    /// No price is known for the group.
-    #[error("node group {0} has no price configured")]
-    NoPrice(NodeGroupId),
-    /// The node is not managed by any node group (names shown cut short and escaped).
-    #[error(
-        "node \"{}\" (providerID \"{}\") is not managed by any node group",
-        echo(name),
-        echo(provider_id)
-    )]
-    NodeNotManaged {
-        /// Node name.
-        name: String,
-        /// providerID.
-        provider_id: String,
-    },
-    /// This provider does not implement the call.
-    #[error("{0} is not implemented by gangscaler")]
-    Unsupported(&'static str),
-    /// A configured backend kind has no provisioner (a wiring bug).
-    #[error("node group {group}: no {kind} backend is running")]
-    NoBackend {
-        /// Group.
-        group: NodeGroupId,
-        /// Backend kind.
-        kind: &'static str,
-    },
-    /// Gang admission refused the increase (policy `strict`: it would host only part of a gang).
-    #[error("node group {group}: scale-up rejected by gang admission: {reason}")]
-    Rejected {
-        /// Group.
-        group: NodeGroupId,
-        /// The decision's reason, naming gangs and numbers.
-        reason: String,
-    },
-    /// The cluster view has not synced yet; deciding from a partial cache is refused.
-    #[error("node group {0}: the cluster view is not synced yet; retry shortly")]
-    NotSynced(NodeGroupId),
-    /// The cluster view may be behind the cluster (its watches are failing, e.g. the API
-    /// server is unreachable); deciding from stale objects is refused.
-    #[error(
-        "node group {group}: the cluster view is stale ({stale}); no scale-up is decided until it is current again"
-    )]
-    ViewStale {
-        /// Group.
-        group: NodeGroupId,
-        /// Which watches fail, and for how long.
-        stale: crate::cluster::Stale,
-    },
-    /// The decision record of an accepted scale-up could not be made durable, so the scale-up
-    /// was not applied: no node was requested. Retried by CA after its node-group backoff.
-    #[error(
-        "node group {group}: scale-up of {nodes} node(s) not applied: its decision could not be recorded in the audit log ({why}); nothing was provisioned"
-    )]
-    AuditUnwritable {
-        /// Group.
-        group: NodeGroupId,
-        /// Nodes the refused decision would have added.
-        nodes: u32,
-        /// The write error and its causes.
-        why: String,
-    },
-    /// The backend refused or failed.
-    #[error(transparent)]
-    Provision(#[from] provision::Error),
-    /// This replica may not change anything now: it is a standby under leader election, is
-    /// taking over, or lost the Lease (the message names the leader).
-    #[error(transparent)]
-    NotLeader(#[from] crate::leader::NotLeader),
-}
-
-/// Result alias for this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub use error::{Error, Result};
+use request::{NodeList, positive};
 
 /// The use cases behind the RPCs.
 pub struct Engine {
@@ -203,80 +123,6 @@ impl Engine {
         self
     }
 
-    /// Writes every admission decision to the durable audit log behind `recorder`.
-    #[must_use]
-    pub fn with_audit(self, recorder: Arc<Recorder>) -> Self {
-        self.take_over(recorder);
-        self
-    }
-
-    /// Refuses every change (`NodeGroupIncreaseSize`, `NodeGroupDeleteNodes`,
-    /// `NodeGroupDecreaseTargetSize`) unless `leadership` says this replica acts; reads
-    /// are answered either way.
-    #[must_use]
-    pub fn with_leadership(mut self, leadership: crate::leader::Status) -> Self {
-        self.leadership = Some(leadership);
-        self
-    }
-
-    /// Starts writing the audit log through `recorder` (opened from every replica's logs
-    /// when this replica has just become the leader) and resumes the in-flight requests it
-    /// holds. Only the first recorder is kept; later calls change nothing.
-    pub fn take_over(&self, recorder: Arc<Recorder>) {
-        if self.audit.set(recorder).is_ok() {
-            self.resume_in_flight();
-        }
-    }
-
-    /// Why the audit log cannot be written now (its last append failed), or `None` while it
-    /// can, or when there is none; every scale-up is refused meanwhile.
-    pub fn audit_unwritable(&self) -> Option<String> {
-        self.audit.get().and_then(|r| r.log().unwritable())
-    }
-
-    /// `Ok` unless leader election says this replica may not act now.
-    fn check_leader(&self) -> Result<()> {
-        match &self.leadership {
-            Some(l) => Ok(l.check_acting()?),
-            None => Ok(()),
-        }
-    }
-
-    /// With both admission and the audit log: the nodes requested for gangs whose scale-up is
-    /// open and not formed yet count as in flight again, so a restart does not request them
-    /// twice.
-    fn resume_in_flight(&self) {
-        let (Some(admission), Some(recorder)) = (&self.admission, self.audit.get()) else {
-            return;
-        };
-        let entries: Vec<_> = recorder
-            .open_scale_ups()
-            .into_iter()
-            .filter(|o| o.phase < crate::audit::Phase::GangFormed)
-            .filter_map(|o| {
-                let gang = o.gang.as_ref()?;
-                let nodes = if o.gang_nodes > 0 {
-                    o.gang_nodes
-                } else {
-                    o.nodes
-                };
-                Some((
-                    GangRef::from(gang),
-                    NodeGroupId::new(&o.node_group),
-                    nodes,
-                    o.requested_at_ms.div_euclid(1000),
-                ))
-            })
-            .collect();
-        if !entries.is_empty() {
-            info!(
-                gangs = entries.len(),
-                "in-flight requests resumed from the audit log"
-            );
-        }
-        admission.resume(entries);
-    }
-
     /// Publishes Kubernetes Events on the gangs of every admission decision.
     #[must_use]
     pub fn with_events(mut self, events: crate::events::EventPublisher) -> Self {
@@ -339,10 +185,11 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta <= 0`, the backend's
-    /// refusal ([`provision::Error::AboveMax`], also when the target is already above a
-    /// `maxSize` a reload lowered) or failure, and with gang admission [`Error::Rejected`],
-    /// [`Error::NotSynced`] or [`Error::ViewStale`] (no decision is made or recorded from a
-    /// cluster view that may be behind); [`Error::NotLeader`] on a replica that may not act.
+    /// refusal ([`provision::Error::AboveMax`](crate::provision::Error::AboveMax), also when
+    /// the target is already above a `maxSize` a reload lowered) or failure, and with gang
+    /// admission [`Error::Rejected`], [`Error::NotSynced`] or [`Error::ViewStale`] (no decision
+    /// is made or recorded from a cluster view that may be behind); [`Error::NotLeader`] on a
+    /// replica that may not act.
     pub async fn increase_size(&self, id: &str, delta: i32) -> Result<u32> {
         self.check_leader()?;
         let (cfg, idx) = self.group(id)?;
@@ -644,69 +491,5 @@ impl Engine {
     /// The GPU types CA may see.
     pub fn gpu_types(&self) -> Vec<String> {
         self.config.load().gpu_types()
-    }
-}
-
-/// The scale-up loop lists a group's instances through the engine, which knows the group's
-/// backend.
-#[async_trait]
-impl InstanceSource for Engine {
-    /// The group's instances, and once each, the failed instances CA deleted since the last
-    /// call before any listing showed them to this loop (see the private `failed` module).
-    async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError> {
-        let mut instances = self.nodes(group).await.map_err(|e| match e {
-            Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),
-            e => InstancesError::Backend(Box::new(e)),
-        })?;
-        let deleted = self.failed_ledger().take_deleted(group, &instances);
-        instances.extend(deleted);
-        Ok(instances)
-    }
-
-    /// The configured settings, with reservation off for every group a DaemonSet keeps it
-    /// off for (see the private `Engine::reservation_off`).
-    fn reservations(&self) -> BTreeMap<String, crate::model::ReservationSpec> {
-        let cfg = self.config.load();
-        cfg.groups
-            .iter()
-            .map(|g| {
-                let mut spec = g.reservation;
-                if self.reservation_off(g, &cfg.provider.gpu_label).is_some() {
-                    spec.enabled = false;
-                }
-                (g.id.to_string(), spec)
-            })
-            .collect()
-    }
-}
-
-/// The names of the nodes in a request, for a log line: each cut short and escaped, and at
-/// most [`NodeList::SHOWN`] of them, then a count of the rest.
-struct NodeList<'a>(&'a [NodeRef]);
-
-impl NodeList<'_> {
-    const SHOWN: usize = 10;
-}
-
-impl std::fmt::Display for NodeList<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("[")?;
-        for (i, n) in self.0.iter().take(Self::SHOWN).enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{:?}", echo(&n.name))?;
-        }
-        if self.0.len() > Self::SHOWN {
-            write!(f, ", and {} more", self.0.len() - Self::SHOWN)?;
-        }
-        f.write_str("]")
-    }
-}
-
-fn positive(delta: i32, message: impl FnOnce() -> String) -> Result<u32> {
-    match u32::try_from(delta) {
-        Ok(d) if d > 0 => Ok(d),
-        _ => Err(Error::InvalidRequest(message())),
     }
 }

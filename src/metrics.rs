@@ -6,122 +6,25 @@
 //! in `docs/metrics.md`.
 
 mod connections;
+mod labels;
 mod process;
+mod register;
+mod tls;
 
 pub use connections::{ConnectionMetrics, RefusedLabels};
+use labels::unary;
+pub use labels::{
+    BUILD, BuildLabels, CompositeLabels, DecisionLabels, GRPC_SERVICE, GroupLabels, GrpcCodeLabels,
+    GrpcLabels, OutcomeLabels, ProvisionLabels, ReleaseLabels, ScaleUpOutcomeLabels,
+};
 pub use process::{ProcessCollector, Sample as ProcessSample};
+pub use tls::TlsMetrics;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-
-/// The fully qualified gRPC service name, the `grpc_service` label of the gRPC metrics.
-pub const GRPC_SERVICE: &str = "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider";
-
-/// Labels of the gRPC started counter and latency histogram (go-grpc-prometheus' names).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GrpcLabels {
-    /// `unary`: every externalgrpc method is unary.
-    pub grpc_type: &'static str,
-    /// Always [`GRPC_SERVICE`].
-    pub grpc_service: &'static str,
-    /// The method name, e.g. `NodeGroupIncreaseSize`.
-    pub grpc_method: &'static str,
-}
-
-/// Labels of the gRPC handled counter: [`GrpcLabels`] plus the status code.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GrpcCodeLabels {
-    /// `unary`.
-    pub grpc_type: &'static str,
-    /// Always [`GRPC_SERVICE`].
-    pub grpc_service: &'static str,
-    /// The method name.
-    pub grpc_method: &'static str,
-    /// The status code as grpc-go spells it: `OK`, `InvalidArgument`, `FailedPrecondition`, ...
-    pub grpc_code: &'static str,
-}
-
-/// Labels of `gangscaler_build_info`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
-    /// The crate version.
-    pub version: &'static str,
-    /// The git commit built, or `unknown` when built outside a git checkout.
-    pub git_commit: &'static str,
-    /// The compiler version, e.g. `1.89.0`.
-    pub rustc: &'static str,
-}
-
-/// What this binary was built from, as `gangscaler_build_info` and `--version` show it.
-pub const BUILD: BuildLabels = BuildLabels {
-    version: env!("CARGO_PKG_VERSION"),
-    git_commit: env!("BUILD_GIT_COMMIT"),
-    rustc: env!("BUILD_RUSTC_VERSION"),
-};
-
-/// Labels of a provisioning call counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProvisionLabels {
-    /// Backend kind.
-    pub backend: &'static str,
-    /// Operation.
-    pub operation: &'static str,
-    /// `ok` or an error kind.
-    pub outcome: &'static str,
-}
-
-/// Labels of a configuration reload counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabels {
-    /// `success` or `failure`.
-    pub outcome: &'static str,
-}
-
-/// Labels of an admission decision counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
-    /// `accept` or `reject`.
-    pub verdict: &'static str,
-    /// The planner rule that decided.
-    pub rule: &'static str,
-}
-
-/// Labels of the composite admission counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CompositeLabels {
-    /// `admitted` (every group's share applied in one call) or `deferred` (no node on any
-    /// group).
-    pub outcome: &'static str,
-}
-
-/// Labels of a per-node-group scale-up metric (node groups come from the configuration, a
-/// bounded set).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GroupLabels {
-    /// Node group id.
-    pub node_group: String,
-}
-
-/// Labels of the reservation release counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReleaseLabels {
-    /// `formed`, `bookingDeadline`, `ended` or `unclaimed`.
-    pub reason: &'static str,
-}
-
-/// Labels of a scale-up outcome counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ScaleUpOutcomeLabels {
-    /// Node group id.
-    pub node_group: String,
-    /// `succeeded`, `provisionFailed`, `registrationTimeout`, `formationTimeout`,
-    /// `attachFailed`, `cancelled` or `preempted`.
-    pub outcome: &'static str,
-}
 
 /// Every metric family of the provider.
 #[derive(Debug)]
@@ -206,54 +109,6 @@ pub struct Metrics {
     pub tls: Option<TlsMetrics>,
 }
 
-/// Metrics of the served TLS material and its reloads (`gangscaler_tls_*`).
-#[derive(Debug, Clone, Default)]
-pub struct TlsMetrics {
-    /// Reloads after a change of the TLS files, by outcome (`success`, `failure`).
-    pub reloads: Family<OutcomeLabels, Counter>,
-    /// Unix time at which the served material was last loaded (at start, then at each
-    /// successful reload).
-    pub last_reload_success: Gauge<f64, std::sync::atomic::AtomicU64>,
-    /// The notAfter of the served certificate (the leaf), as Unix time.
-    pub certificate_expiration: Gauge,
-    /// 1 while the served material is what the files hold, 0 while they hold a change that
-    /// was rejected.
-    pub valid: Gauge,
-}
-
-impl TlsMetrics {
-    /// Records a successful (re)load at `now_ms` of a certificate expiring at `not_after`
-    /// (Unix seconds, if it could be read); `reload` is false for the load at start.
-    pub fn loaded(&self, now_ms: i64, not_after: Option<i64>, reload: bool) {
-        if reload {
-            self.reloads
-                .get_or_create(&OutcomeLabels { outcome: "success" })
-                .inc();
-        }
-        self.last_reload_success.set(now_ms as f64 / 1000.0);
-        if let Some(t) = not_after {
-            self.certificate_expiration.set(t);
-        }
-        self.valid.set(1);
-    }
-
-    /// Records a change of the files that could not be loaded.
-    pub fn rejected(&self) {
-        self.reloads
-            .get_or_create(&OutcomeLabels { outcome: "failure" })
-            .inc();
-        self.valid.set(0);
-    }
-}
-
-fn unary(method: &'static str) -> GrpcLabels {
-    GrpcLabels {
-        grpc_type: "unary",
-        grpc_service: GRPC_SERVICE,
-        grpc_method: method,
-    }
-}
-
 /// Buckets for scale-up and formation times: 5 s to 1 h, minute-scale in the middle.
 fn lifecycle_buckets() -> impl Iterator<Item = f64> {
     [
@@ -335,192 +190,6 @@ impl Metrics {
         metrics.connections.register(own);
         metrics.registry = root;
         metrics
-    }
-
-    /// The gRPC server families under go-grpc-prometheus' names, unprefixed, so that gRPC
-    /// dashboards work as they are.
-    fn register_grpc(&self, root: &mut Registry) {
-        let grpc = root.sub_registry_with_prefix("grpc_server");
-        grpc.register(
-            "started",
-            "externalgrpc calls started on the server, by method",
-            self.grpc_started.clone(),
-        );
-        grpc.register(
-            "handled",
-            "externalgrpc calls completed on the server, by method and status code",
-            self.grpc_handled.clone(),
-        );
-        grpc.register_with_unit(
-            "handling",
-            "externalgrpc server-side handling time (decoded request to response), by method",
-            prometheus_client::registry::Unit::Seconds,
-            self.grpc_handling_seconds.clone(),
-        );
-    }
-
-    /// The state gauges: leadership, node groups above their maxSize, the cluster view.
-    fn register_state(&self, registry: &mut Registry) {
-        registry.register(
-            "leader",
-            "1 while this replica holds the leader-election Lease and so acts, else 0",
-            self.leader.clone(),
-        );
-        registry.sub_registry_with_prefix("leader").register(
-            "transitions",
-            "changes of the leader-election Lease holder this replica saw",
-            self.leader_transitions.clone(),
-        );
-        registry.sub_registry_with_prefix("node_group").register(
-            "target_above_max",
-            "1 while the node group's target size is above its maxSize (a configuration reload lowered maxSize below it; no node is removed for it, and increases are refused), else 0",
-            self.node_group_target_above_max.clone(),
-        );
-        registry.sub_registry_with_prefix("cluster").register(
-            "view_stale",
-            "1 while the cluster view may be behind the cluster: a watch failed (e.g. the API server is unreachable) and has not listed again",
-            self.cluster_view_stale.clone(),
-        );
-    }
-
-    /// The scale-up lifecycle families (`gangscaler_scaleup_*`) and the pending gangs
-    /// (`gangscaler_gangs_*`).
-    fn register_scaleup(&self, registry: &mut Registry) {
-        use prometheus_client::registry::Unit;
-        let s = registry.sub_registry_with_prefix("scaleup");
-        s.register_with_unit(
-            "formation",
-            "time from an accepted scale-up to its gang forming, by node group",
-            Unit::Seconds,
-            self.formation_seconds.clone(),
-        );
-        s.register_with_unit(
-            "success",
-            "time from an accepted scale-up to success (gang formed, volumes attached, minCount members running), by node group",
-            Unit::Seconds,
-            self.success_seconds.clone(),
-        );
-        s.register_with_unit(
-            "job_start_delay",
-            "time from a gang's creation to minCount members running, for gangs whose scale-up succeeded, by node group",
-            Unit::Seconds,
-            self.job_start_delay_seconds.clone(),
-        );
-        s.register(
-            "outcomes",
-            "scale-up lifecycles ended, by node group and outcome",
-            self.scale_up_outcomes.clone(),
-        );
-        s.register(
-            "attach_failures",
-            "volume attach errors on gangs after a scale-out, by node group",
-            self.attach_failures.clone(),
-        );
-        s.register(
-            "preemptions",
-            "scale-ups whose gang was preempted before it started, by node group",
-            self.preemptions.clone(),
-        );
-        s.register(
-            "open",
-            "scale-up lifecycles not ended yet",
-            self.scale_ups_open.clone(),
-        );
-        s.register(
-            "protected_nodes",
-            "nodes kept out of CA's scale-down (scale-down-disabled) while their gang forms",
-            self.scale_up_protected_nodes.clone(),
-        );
-        let r = registry.sub_registry_with_prefix("reservation");
-        r.register(
-            "nodes",
-            "nodes carrying the reservation taint now (held for a gang, or not assigned yet)",
-            self.reserved_nodes.clone(),
-        );
-        r.register(
-            "released",
-            "node reservations ended, by reason (formed, bookingDeadline, ended, unclaimed)",
-            self.reservations_released.clone(),
-        );
-        r.register(
-            "tolerations_added",
-            "reservation tolerations added to pending gang members by the lifecycle loop",
-            self.reservation_tolerations_added.clone(),
-        );
-        r.register(
-            "blocking_daemon_sets",
-            "per group configured to reserve: DaemonSets that run on its nodes without tolerating the reservation taint; reservation is off for the group while above 0",
-            self.reservation_blocking_daemon_sets.clone(),
-        );
-        r.register(
-            "backend_blocked",
-            "per group configured to reserve: 1 while its backend would not register new nodes under the reservation taint (Cluster API: the MachineDeployment template lacks it); reservation is off for the group meanwhile",
-            self.reservation_backend_blocked.clone(),
-        );
-        let g = registry.sub_registry_with_prefix("gangs");
-        g.register(
-            "pending",
-            "gangs pending now (fewer than minCount members placed)",
-            self.gangs_pending.clone(),
-        );
-        g.register_with_unit(
-            "pending",
-            "gang-seconds spent pending, summed over gangs",
-            Unit::Seconds,
-            self.gangs_pending_seconds.clone(),
-        );
-        g.register(
-            "without_verdict",
-            "pending gangs whose members have had no scheduler verdict (PodScheduled condition) for lifecycle.noVerdictAfter, so Cluster Autoscaler cannot see them",
-            self.gangs_without_verdict.clone(),
-        );
-    }
-
-    /// The decision path's families: audit, admission, provisioning and configuration.
-    fn register_decisions(&self, registry: &mut Registry) {
-        let audit = registry.sub_registry_with_prefix("audit");
-        audit.register(
-            "write_failures",
-            "audit records that could not be written",
-            self.audit_write_failures.clone(),
-        );
-        audit.register(
-            "writable",
-            "1 while the audit log accepts records, 0 while it cannot be written and every scale-up is refused",
-            self.audit_writable.clone(),
-        );
-        audit.register(
-            "unreadable_lines",
-            "lines of the audit log that could not be read back when it was last opened (unknown schema, bad JSON, truncated); the scale-ups they record are not tracked",
-            self.audit_unreadable_lines.clone(),
-        );
-        let admission = registry.sub_registry_with_prefix("admission");
-        admission.register(
-            "decisions",
-            "gang admission decisions in NodeGroupIncreaseSize, by verdict and rule",
-            self.admission_decisions.clone(),
-        );
-        admission.register(
-            "composites",
-            "composites (CompositePodGroups) considered in NodeGroupIncreaseSize: admitted whole across node groups, or deferred with no node on any group",
-            self.admission_composites.clone(),
-        );
-        registry.sub_registry_with_prefix("provision").register(
-            "calls",
-            "provisioning backend calls, by backend, operation and outcome",
-            self.provision_calls.clone(),
-        );
-        let config = registry.sub_registry_with_prefix("config");
-        config.register(
-            "reloads",
-            "node-group configuration reloads, by outcome",
-            self.config_reloads.clone(),
-        );
-        config.register(
-            "valid",
-            "1 while the running configuration matches the files on disk, 0 after a rejected edit",
-            self.config_valid.clone(),
-        );
     }
 
     /// Registers the TLS metrics (`gangscaler_tls_*`), for a server that uses TLS; without

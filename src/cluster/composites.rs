@@ -19,9 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::adapter::{CompositeDef, Reading};
 use super::adapters;
-use super::gangs::{GangView, trust_scheduled};
 use super::objects::ObjectSet;
 use super::problem::{Issue, ObjectRef, Problem};
+use super::view::{GangView, trust_scheduled};
 use crate::model::{Composite, GangRef};
 
 const KIND: &str = "CompositePodGroup";

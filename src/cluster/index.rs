@@ -33,10 +33,11 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 
 use super::adapter::{GroupDef, GroupKey, SchedulingPolicy};
-use super::gangs::{GangView, Known, gang_name, link, missing_ref};
+use super::gangs::{Known, gang_name, link, missing_ref};
 use super::objects::{GangObject, GangObjectKey, ObjectSet, PodSet, StorageKind};
 use super::pod::{CompactPod, PodKey};
 use super::problem::{Issue, ObjectRef, Problem};
+use super::view::GangView;
 use crate::model::{Gang, GangRef, PodDemand};
 
 mod assemble;

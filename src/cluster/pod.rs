@@ -19,12 +19,10 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::demand::{RawDemand, raw_demand, resolve};
+use super::demand::{RawDemand, raw_demand};
 use super::meta::{DEFAULT_NAMESPACE, object_name};
-use super::objects::ObjectSet;
 use super::problem::Issue;
 use super::{Error, Location};
-use crate::model::PodDemand;
 
 /// Identity of a pod: namespace (`default` when unset) and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -290,12 +288,6 @@ impl CompactPod {
     /// `spec.workloadRef`.
     pub fn link(&self) -> Option<&PodLink> {
         self.link.as_ref()
-    }
-
-    /// What the pod needs from a node, looking its volumes up in `objects` (see
-    /// [`demand`](super::demand)).
-    pub fn demand(&self, objects: &ObjectSet) -> PodDemand {
-        resolve(self, objects).0
     }
 }
 

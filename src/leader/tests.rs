@@ -12,6 +12,7 @@ use tokio::time::sleep;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::metrics::Metrics;
 
 const LEASE: Duration = Duration::from_secs(15);
 const RENEW: Duration = Duration::from_secs(10);

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::cluster::gangs;
+use crate::cluster::problem::ClaimCause;
 use crate::model::{
     PodDemand, SelectorOperator, SelectorRequirement, TaintEffect, Toleration, TolerationOperator,
 };

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use super::super::adapter::{GroupDef, GroupKey, Reading, SchedulingPolicy};
 use super::super::adapters;
 use super::super::demand::resolve;
-use super::super::gangs::{Known, Members, build_gang, trust_scheduled};
+use super::super::gangs::{Known, Members, build_gang};
 use super::super::objects::{GangObject, ObjectSet};
 use super::super::pod::{CompactPod, PodKey};
 use super::super::problem::{Issue, ObjectRef, Problem};
+use super::super::view::trust_scheduled;
 use super::{Built, BuiltGang, CandidateKey, Readings, Replicas, Resolved};
 use crate::model::PodDemand;
 

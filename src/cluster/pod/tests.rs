@@ -9,7 +9,7 @@ use kube::runtime::watcher::Event;
 use serde_json::json;
 
 use super::*;
-use crate::cluster::{GangObject, PodStore, gangs};
+use crate::cluster::{GangObject, ObjectSet, PodStore, gangs};
 
 const NOW: i64 = 1_788_264_000;
 

@@ -1,0 +1,42 @@
+//! The engine as the scale-up loop's [`InstanceSource`]: it knows each group's backend.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use super::{Engine, Error};
+use crate::model::Instance;
+use crate::scaleup::{InstanceSource, InstancesError};
+
+/// The scale-up loop lists a group's instances through the engine, which knows the group's
+/// backend.
+#[async_trait]
+impl InstanceSource for Engine {
+    /// The group's instances, and once each, the failed instances CA deleted since the last
+    /// call before any listing showed them to this loop (see the private `failed` module).
+    async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError> {
+        let mut instances = self.nodes(group).await.map_err(|e| match e {
+            Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),
+            e => InstancesError::Backend(Box::new(e)),
+        })?;
+        let deleted = self.failed_ledger().take_deleted(group, &instances);
+        instances.extend(deleted);
+        Ok(instances)
+    }
+
+    /// The configured settings, with reservation off for every group a DaemonSet keeps it
+    /// off for (see the private `Engine::reservation_off`).
+    fn reservations(&self) -> BTreeMap<String, crate::model::ReservationSpec> {
+        let cfg = self.config.load();
+        cfg.groups
+            .iter()
+            .map(|g| {
+                let mut spec = g.reservation;
+                if self.reservation_off(g, &cfg.provider.gpu_label).is_some() {
+                    spec.enabled = false;
+                }
+                (g.id.to_string(), spec)
+            })
+            .collect()
+    }
+}
