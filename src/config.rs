@@ -246,10 +246,12 @@ impl Default for ConnectionSettings {
     /// address on the metrics listener, 10s handshake, 5m idle, a ping every 30s answered
     /// within 20s.
     fn default() -> Self {
+        let max = 256;
         Self {
-            max: 256,
+            max,
             max_per_peer: 32,
-            reserved_for_certified: 16,
+            // The validator's default for a configured `max` too.
+            reserved_for_certified: max / RESERVED_SHARE,
             metrics_max_per_peer: 8,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5 * 60),
@@ -258,6 +260,9 @@ impl Default for ConnectionSettings {
         }
     }
 }
+
+/// `reservedForCertified` defaults to `max` divided by this.
+pub const RESERVED_SHARE: usize = 16;
 
 /// How gangscaler reaches the cluster (kwok backend) and where it keeps durable state.
 #[derive(Debug, Clone, PartialEq, Eq)]

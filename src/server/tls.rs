@@ -30,6 +30,7 @@ use tracing::{debug, error, info};
 use super::Error;
 use crate::config::{TlsFiles, TlsFingerprint, TlsMaterial};
 use crate::metrics::TlsMetrics;
+use crate::telemetry::Chain;
 
 /// The served TLS configuration and what is known about the files it came from.
 #[derive(Debug)]
@@ -170,7 +171,7 @@ impl Tls {
                     m.rejected();
                 }
                 error!(
-                    error = %chain(&e),
+                    error = %Chain(&e),
                     "TLS files changed but cannot be used; still serving the previous certificate and client CA"
                 );
                 Polled::Rejected
@@ -203,10 +204,6 @@ impl Tls {
 }
 
 /// The error and its sources on one line.
-fn chain(e: &Error) -> String {
-    crate::telemetry::chain(e)
-}
-
 /// Unix seconds as RFC 3339.
 fn rfc3339(t: i64) -> String {
     jiff::Timestamp::from_second(t).map_or_else(|_| t.to_string(), |ts| ts.to_string())
@@ -371,7 +368,7 @@ mod tests {
         // A key that belongs to another certificate: refused at start, naming both files.
         let err = refused(&files(dir.path(), &cert, &other_key, &ca));
         assert!(named(&err, "server.tls.keyFile", "server.key"), "{err:?}");
-        let text = chain(&err);
+        let text = crate::telemetry::chain(&err);
         assert!(
             text.contains("server.crt") && text.contains("server.key"),
             "{text}"

@@ -327,10 +327,10 @@ fn peer_limits(c: &mut Obj<'_>, max: usize, errs: &mut Errors) -> (usize, usize)
                 c.raw("reservedForCertified"),
                 format!("must be below max ({max}), or no client without a certificate could ever connect"),
             );
-            max / 16
+            max / crate::config::RESERVED_SHARE
         }
         Some(n) => n,
-        None => max / 16,
+        None => max / crate::config::RESERVED_SHARE,
     };
     (max_per_peer, reserved_for_certified)
 }
