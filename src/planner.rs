@@ -8,7 +8,8 @@
 //! - [`NodeShape`]: what one fresh node of a group offers ([`shape`]).
 //! - [`fit()`]: first-fit-decreasing placement of a gang's unbound members ([`mod@fit`]).
 //! - [`plan()`]: every pending gang against every group, for the `plan` command ([`mod@plan`]).
-//! - [`admit()`]: the admission decision for one increase ([`mod@admit`]).
+//! - [`admit()`]: the admission decision for one increase ([`mod@admit`]), recorded as a
+//!   [`Decision`] ([`decision`]).
 //! - [`place_composites()`] and [`combine()`]: composites (CompositePodGroups) admitted whole
 //!   across node groups in one increase ([`mod@composite`]).
 //! - [`capacity()`]: every gang shape against every group, with the largest admissible
@@ -20,6 +21,7 @@
 pub mod admit;
 pub mod capacity;
 pub mod composite;
+pub mod decision;
 pub mod explain;
 pub mod fit;
 pub mod plan;
@@ -27,14 +29,15 @@ mod predicates;
 pub mod reservation;
 pub mod shape;
 
-pub use admit::{
-    AdmissionInput, AdmittedGang, CompositeShares, CoveredGang, Decision, DeferredGang, Extent,
-    GroupShare, Policy, Rule, Verdict, admit,
-};
+pub use admit::{AdmissionInput, admit};
 pub use capacity::{Capacity, GangShape, GroupCapacity, ShapeCapacity, Threshold, capacity};
 pub use composite::{
     CompositeAdmission, CompositeDeferral, CompositeInput, CompositePlan, CompositePreview,
     GroupSlot, combine, considers_composites, place_composites, preview,
+};
+pub use decision::{
+    AdmittedGang, CompositeShares, CoveredGang, Decision, DeferredGang, Extent, GroupShare, Policy,
+    Rule, Verdict,
 };
 pub use explain::Reason;
 pub use fit::{GangFit, check_pod, fit, nodes_for_pods};

@@ -44,12 +44,14 @@ use serde::Serialize;
 
 use crate::model::{Composite, Gang, GangRef, NodeGroupId};
 
-use super::admit::{
-    AdmittedGang, CompositeShares, Decision, DeferredGang, Extent, GroupShare, Rule, Verdict,
-};
+use super::decision::{AdmittedGang, DeferredGang, Extent};
 use super::explain::Reason;
 use super::fit::fit_counts;
 use super::shape::NodeShape;
+
+mod decisions;
+
+pub use decisions::combine;
 
 /// One node group as composite admission sees it.
 #[derive(Debug, Clone, Copy)]
@@ -248,6 +250,9 @@ pub fn considers_composites(
         .any(|c| hosts_a_pending_child(&children_of(c, gangs), shape))
 }
 
+/// A topology domain: the label key and the value every child's group must carry.
+type Domain = (String, String);
+
 /// Places one composite's pending children on `left`; returns the admission and the headroom
 /// left after it, or the reason it gets nothing (`None` when it needs nothing).
 fn place_one(
@@ -258,21 +263,10 @@ fn place_one(
     left: &[u32],
 ) -> Result<(CompositeAdmission, Vec<u32>), Option<Reason>> {
     let formed = count(children.iter().filter(|g| g.is_formed()));
-    let pending: Vec<&Gang> = children
-        .iter()
-        .copied()
-        .filter(|g| g.is_pending())
-        .collect();
-    let in_flight = count(
-        pending
-            .iter()
-            .filter(|g| input.in_flight.get(&g.id).is_some_and(|(_, n)| *n > 0)),
-    );
-    let to_place: Vec<&Gang> = pending
-        .iter()
-        .copied()
-        .filter(|g| input.in_flight.get(&g.id).is_none_or(|(_, n)| *n == 0))
-        .collect();
+    let has_nodes = |g: &Gang| input.in_flight.get(&g.id).is_some_and(|(_, n)| *n > 0);
+    let pending = children.iter().copied().filter(|g| g.is_pending());
+    let in_flight = count(pending.clone().filter(|g| has_nodes(g)));
+    let to_place: Vec<&Gang> = pending.filter(|g| !has_nodes(g)).collect();
     if to_place.is_empty() {
         return Err(None);
     }
@@ -285,62 +279,13 @@ fn place_one(
             detail,
         })
     };
-    let domain = match &composite.topology_key {
-        None => None,
-        Some(key) => match asked_shape.labels().get(key) {
-            Some(value) => Some((key.clone(), value.clone())),
-            None => {
-                let why = format!("node group {} carries no topology label {key}", input.asked);
-                return Err(short(0, why));
-            }
-        },
-    };
+    let domain = domain_of(composite, asked_shape, input.asked).map_err(|why| short(0, why))?;
     let mut left = left.to_vec();
     let mut shares: BTreeMap<usize, Vec<AdmittedGang>> = BTreeMap::new();
     let mut first_miss: Option<String> = None;
     for child in &to_place {
-        let mut best: Option<(usize, u32, u32)> = None;
-        // Why not: a group whose nodes fit but whose headroom is short says more than a
-        // group whose nodes cannot host the child at all.
-        let mut short_of_room: Option<String> = None;
-        let mut why: Option<String> = None;
-        for (i, slot) in input.groups.iter().enumerate() {
-            let Some(shape) = slot.shape else { continue };
-            if let Some((key, value)) = &domain
-                && shape.labels().get(key) != Some(value)
-            {
-                continue;
-            }
-            let (all, min) = match fit_counts(child, shape) {
-                Ok(counts) => counts,
-                Err(reason) => {
-                    why.get_or_insert_with(|| format!("node group {}: {reason}", slot.id));
-                    continue;
-                }
-            };
-            if all > left[i] {
-                short_of_room.get_or_insert_with(|| {
-                    format!(
-                        "node group {} has headroom {} for {all} nodes",
-                        slot.id, left[i]
-                    )
-                });
-                continue;
-            }
-            let better = match best {
-                None => true,
-                Some((b, b_all, _)) => {
-                    let asked_here = slot.id == input.asked;
-                    let asked_best = input.groups[b].id == input.asked;
-                    !asked_best && (asked_here || all < b_all)
-                }
-            };
-            if better {
-                best = Some((i, all, min));
-            }
-        }
-        match best {
-            Some((i, all, min)) => {
+        match best_group(input, child, domain.as_ref(), &left) {
+            Ok((i, all, min)) => {
                 left[i] -= all;
                 shares.entry(i).or_default().push(AdmittedGang {
                     gang: child.id.clone(),
@@ -352,26 +297,19 @@ fn place_one(
                     in_flight: 0,
                 });
             }
-            None => {
-                first_miss.get_or_insert_with(|| {
-                    let why = short_of_room.or(why).unwrap_or_else(|| match &domain {
-                        Some((k, v)) => format!("no node group in domain {k}={v}"),
-                        None => "no node group has a template".to_owned(),
-                    });
-                    format!("child {}: {why}", child.id)
-                });
+            Err(why) => {
+                first_miss.get_or_insert_with(|| format!("child {}: {why}", child.id));
             }
         }
     }
     let placed = count(shares.values().flatten());
-    let asked_index = input.groups.iter().position(|g| g.id == input.asked);
-    let on_asked = asked_index.is_some_and(|i| shares.contains_key(&i));
     if formed + in_flight + placed < composite.min_group_count {
         let detail =
             first_miss.unwrap_or_else(|| format!("{} children in all", composite.children.len()));
         return Err(short(placed, detail));
     }
-    if !on_asked {
+    let asked_index = input.groups.iter().position(|g| g.id == input.asked);
+    if !asked_index.is_some_and(|i| shares.contains_key(&i)) {
         let why = format!(
             "no child fits node group {}'s headroom; waiting for an increase of a group that hosts one",
             input.asked
@@ -396,6 +334,75 @@ fn place_one(
     ))
 }
 
+/// The domain every child must be placed in: the asked group's value of the composite's
+/// topology key (`None` without a key), or why the asked group has none.
+fn domain_of(
+    composite: &Composite,
+    asked_shape: &NodeShape,
+    asked: &NodeGroupId,
+) -> Result<Option<Domain>, String> {
+    let Some(key) = &composite.topology_key else {
+        return Ok(None);
+    };
+    match asked_shape.labels().get(key) {
+        Some(value) => Ok(Some((key.clone(), value.clone()))),
+        None => Err(format!(
+            "node group {asked} carries no topology label {key}"
+        )),
+    }
+}
+
+/// The group `child` goes to whole (rule 2 of the module docs): its index and the child's
+/// node counts there, or why no group in `domain` can take it. A group whose nodes fit but
+/// whose headroom is short says more than a group whose nodes cannot host the child at all.
+fn best_group(
+    input: &CompositeInput<'_>,
+    child: &Gang,
+    domain: Option<&Domain>,
+    left: &[u32],
+) -> Result<(usize, u32, u32), String> {
+    let mut best: Option<(usize, u32, u32)> = None;
+    let mut short_of_room: Option<String> = None;
+    let mut why: Option<String> = None;
+    for (i, slot) in input.groups.iter().enumerate() {
+        let Some(shape) = slot.shape else { continue };
+        if let Some((key, value)) = domain
+            && shape.labels().get(key) != Some(value)
+        {
+            continue;
+        }
+        let (all, min) = match fit_counts(child, shape) {
+            Ok(counts) => counts,
+            Err(reason) => {
+                why.get_or_insert_with(|| format!("node group {}: {reason}", slot.id));
+                continue;
+            }
+        };
+        if all > left[i] {
+            short_of_room.get_or_insert_with(|| {
+                format!(
+                    "node group {} has headroom {} for {all} nodes",
+                    slot.id, left[i]
+                )
+            });
+            continue;
+        }
+        let better = best.is_none_or(|(b, b_all, _)| {
+            let asked_best = input.groups[b].id == input.asked;
+            !asked_best && (slot.id == input.asked || all < b_all)
+        });
+        if better {
+            best = Some((i, all, min));
+        }
+    }
+    best.ok_or_else(|| {
+        short_of_room.or(why).unwrap_or_else(|| match domain {
+            Some((k, v)) => format!("no node group in domain {k}={v}"),
+            None => "no node group has a template".to_owned(),
+        })
+    })
+}
+
 impl CompositePlan {
     /// The deferred composites as the per-group admission lists them
     /// ([`AdmissionInput::deferred_composites`](super::AdmissionInput::deferred_composites)).
@@ -409,201 +416,6 @@ impl CompositePlan {
                 reason: d.reason.clone(),
             })
             .collect()
-    }
-}
-
-/// Joins the composites admitted in `plan` to `base`, the per-group decision for the asked
-/// group (computed without the composites' children, on the target raised by the composites'
-/// nodes there and with CA's delta lowered by them), and gives the asked group's decision and
-/// one decision per other group that takes a share (rule
-/// [`Rule::CompositeShare`], CA's delta 0), in configuration order; `ca_delta` is what CA
-/// asked of the asked group. Pure.
-///
-/// With no composite admitted, `base` is returned as is (with the target it was computed
-/// on). Otherwise the asked group adds the composites' nodes plus what `base` admitted for
-/// gangs or ungrouped pods (`gangs_admitted`, `ungrouped_only`); CA's delta beyond that is
-/// taken to be for the composites' pods, which the composites' nodes already host.
-pub fn combine(
-    base: Decision,
-    plan: &CompositePlan,
-    groups: &[GroupSlot<'_>],
-    ca_delta: u32,
-) -> (Decision, Vec<Decision>) {
-    let asked = base.group.clone();
-    let here = plan.nodes_on(&asked);
-    if plan.admitted.is_empty() || here == 0 {
-        return (covered(base, plan), Vec::new());
-    }
-    let slot = |id: &NodeGroupId| groups.iter().find(|g| g.id == id);
-    let shares: Vec<CompositeShares> = plan
-        .admitted
-        .iter()
-        .map(|a| CompositeShares {
-            composite: a.composite.clone(),
-            min_group_count: a.min_group_count,
-            formed: a.formed,
-            in_flight: a.in_flight,
-            domain: a.domain.as_ref().map(|(k, v)| format!("{k}={v}")),
-            shares: a
-                .shares
-                .iter()
-                .map(|(group, children)| GroupShare {
-                    group: group.clone(),
-                    target: slot(group).map_or(0, |g| g.target),
-                    nodes: children.iter().map(|c| c.nodes).sum(),
-                    children: children.iter().map(|c| c.gang.clone()).collect(),
-                })
-                .collect(),
-        })
-        .collect();
-    let children_on = |group: &NodeGroupId| -> Vec<AdmittedGang> {
-        plan.admitted
-            .iter()
-            .flat_map(|a| a.shares.iter())
-            .filter(|(g, _)| g == group)
-            .flat_map(|(_, c)| c.iter().cloned())
-            .collect()
-    };
-    let extra = match (base.verdict, base.rule) {
-        (Verdict::Accept, Rule::GangsAdmitted | Rule::UngroupedOnly) => base.applied_delta,
-        _ => 0,
-    };
-    let target = base.target.saturating_sub(here);
-    let mut admitted = children_on(&asked);
-    admitted.extend(base.admitted);
-    let primary = Decision {
-        group: asked.clone(),
-        policy: base.policy,
-        verdict: Verdict::Accept,
-        rule: Rule::CompositeAdmitted,
-        target,
-        max_size: base.max_size,
-        headroom: base.max_size.saturating_sub(target),
-        ca_delta,
-        applied_delta: here + extra,
-        capped: base.capped && extra > 0,
-        gang_nodes: here + if extra > 0 { base.gang_nodes } else { 0 },
-        ungrouped_nodes: base.ungrouped_nodes,
-        admitted,
-        deferred: base.deferred,
-        covered: base.covered,
-        unhostable: base.unhostable,
-        reason: String::new(),
-        reservation_off: None,
-        composites: shares.clone(),
-    };
-    let primary = Decision {
-        reason: composite_reason(&primary, &plan.admitted, None),
-        ..primary
-    };
-    let companions = groups
-        .iter()
-        .filter(|g| g.id != &asked)
-        .filter_map(|g| {
-            let nodes = plan.nodes_on(g.id);
-            (nodes > 0).then(|| {
-                let mine: Vec<CompositeShares> = shares
-                    .iter()
-                    .filter(|c| c.shares.iter().any(|s| &s.group == g.id))
-                    .cloned()
-                    .collect();
-                let d = Decision {
-                    group: g.id.clone(),
-                    policy: primary.policy,
-                    verdict: Verdict::Accept,
-                    rule: Rule::CompositeShare,
-                    target: g.target,
-                    max_size: g.max_size,
-                    headroom: g.headroom(),
-                    ca_delta: 0,
-                    applied_delta: nodes,
-                    capped: false,
-                    gang_nodes: nodes,
-                    ungrouped_nodes: 0,
-                    admitted: children_on(g.id),
-                    deferred: Vec::new(),
-                    covered: Vec::new(),
-                    unhostable: 0,
-                    reason: String::new(),
-                    reservation_off: None,
-                    composites: mine,
-                };
-                Decision {
-                    reason: composite_reason(&d, &plan.admitted, Some(&asked)),
-                    ..d
-                }
-            })
-        })
-        .collect();
-    (primary, companions)
-}
-
-/// `base` rejected under `Strict` when the only pods CA can be asking for are covered
-/// composites' (rule 4 of the module docs): [`Rule::NoGangs`] would otherwise apply CA's delta
-/// to pods whose nodes are on their way on this or another group.
-fn covered(base: Decision, plan: &CompositePlan) -> Decision {
-    let in_flight: u32 = plan.covered.iter().map(|(_, n)| *n).sum();
-    if plan.covered.is_empty()
-        || base.policy != super::Policy::Strict
-        || base.rule != Rule::NoGangs
-        || base.ungrouped_nodes > 0
-        || base.target < in_flight
-    {
-        return base;
-    }
-    let names: Vec<String> = plan.covered.iter().map(|(c, _)| c.to_string()).collect();
-    Decision {
-        verdict: Verdict::Reject,
-        rule: Rule::AllCovered,
-        applied_delta: 0,
-        reason: format!(
-            "rejected: every pending composite this group can host has its children's nodes requested ({}; {in_flight} in flight here, target {}) and no ungrouped pod needs one; CA asked {}",
-            names.join(", "),
-            base.target,
-            base.ca_delta
-        ),
-        ..base
-    }
-}
-
-/// One sentence for a decision that carries composites.
-fn composite_reason(
-    d: &Decision,
-    admitted: &[CompositeAdmission],
-    asked: Option<&NodeGroupId>,
-) -> String {
-    let parts: Vec<String> = admitted
-        .iter()
-        .filter(|a| a.nodes_on(&d.group) > 0)
-        .map(|a| {
-            let shares: Vec<String> = a
-                .shares
-                .iter()
-                .map(|(g, c)| {
-                    let nodes: u32 = c.iter().map(|x| x.nodes).sum();
-                    format!("{nodes} on {g}")
-                })
-                .collect();
-            format!(
-                "composite {} ({} child groups whole: {})",
-                a.composite,
-                a.shares.iter().map(|(_, c)| c.len()).sum::<usize>(),
-                shares.join(", ")
-            )
-        })
-        .collect();
-    match asked {
-        Some(asked) => format!(
-            "share of a cross-group scale-up admitted on node group {asked}'s increase: {}; adds {} nodes",
-            parts.join("; "),
-            d.applied_delta
-        ),
-        None => format!(
-            "admitted {}; adds {} nodes (CA asked {})",
-            parts.join("; "),
-            d.applied_delta,
-            d.ca_delta
-        ),
     }
 }
 
