@@ -440,3 +440,377 @@ fn the_map_has_no_cycle() {
         visit(m, &map, &mut Vec::new(), &mut done);
     }
 }
+
+// ---- circles inside a module ----
+//
+// The map above orders the top-level modules; inside one, the files must not import each
+// other in a circle either (the issue of config's nine-file circle). Rules, stated here once:
+//
+// - A file is a module path: `src/planner.rs` is `planner`, `src/planner/composite/decisions.rs`
+//   is `planner::composite::decisions`.
+// - A reference is a path starting `crate::`, `super::` or `self::` (grouped `use` items
+//   included), resolved from the file's module to the longest module path that is a file.
+// - An edge runs from a file to the file it names, except to itself and to its own
+//   descendants: a parent declares its children and may re-export them. Edges to an
+//   ancestor, a sibling or a cousin count.
+// - Test files (`tests.rs`, anything under a `tests/` folder) and `#[cfg(test)]` blocks are
+//   left out: test code imports its module by nature.
+
+/// The module path of a file under `src/`, e.g. `["planner", "composite"]`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_str().unwrap().to_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// Whether a file holds test code only.
+fn is_test_file(path: &[String]) -> bool {
+    path.iter().any(|p| p == "tests")
+}
+
+/// `code` with every `#[cfg(test)]` item blanked (newlines and byte offsets kept).
+fn strip_cfg_test(code: &str) -> String {
+    let mut out = code.to_owned();
+    let mut from = 0;
+    while let Some(found) = out[from..].find("#[cfg(test)]") {
+        let at = from + found;
+        let Some(open) = out[at..].find(['{', ';']).map(|n| at + n) else {
+            break;
+        };
+        let mut end = open + 1;
+        if out.as_bytes()[open] == b'{' {
+            let mut depth = 0usize;
+            for (k, c) in out[open..].char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = open + k + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // One space per byte, so every later offset stays where it was.
+        let blanked: String = out[at..end]
+            .chars()
+            .map(|c| {
+                if c == '\n' {
+                    "\n".to_owned()
+                } else {
+                    " ".repeat(c.len_utf8())
+                }
+            })
+            .collect();
+        out.replace_range(at..end, &blanked);
+        from = end;
+    }
+    out
+}
+
+/// The paths `code` names from `crate::`, `super::` or `self::`, each as its segments
+/// (`super`, `self` and `crate` kept), with byte offsets. A grouped `use` gives one path per
+/// item.
+fn relative_paths(code: &str) -> Vec<(usize, Vec<String>)> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let starts = ["crate::", "super::", "self::"]
+            .iter()
+            .any(|s| b[i..].starts_with(s.as_bytes()));
+        let after_path = i > 0 && (is_ident_byte(b[i - 1]) || b[i - 1] == b'$' || b[i - 1] == b':');
+        if !starts || after_path {
+            i += 1;
+            continue;
+        }
+        let end = path_end(code, i);
+        expand(&code[i..end], Vec::new(), &mut |p| out.push((i, p)));
+        i = end.max(i + 1);
+    }
+    out
+}
+
+/// Where the path starting at `i` ends: after its last segment or its closing brace.
+fn path_end(code: &str, i: usize) -> usize {
+    let b = code.as_bytes();
+    let mut j = i;
+    loop {
+        while j < b.len() && is_ident_byte(b[j]) {
+            j += 1;
+        }
+        if code[j..].starts_with("::") {
+            j += 2;
+            let rest = code[j..].trim_start();
+            j = code.len() - rest.len();
+            if rest.starts_with('{') {
+                let mut depth = 0usize;
+                for (k, c) in rest.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                return j + k + 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                return code.len();
+            }
+        } else {
+            return j;
+        }
+    }
+}
+
+/// Calls `each` with every path `text` (one path, possibly ending in a `{…}` group) spells,
+/// prefixed by `prefix`.
+fn expand(text: &str, prefix: Vec<String>, each: &mut dyn FnMut(Vec<String>)) {
+    let text = text.trim();
+    let (head, group) = match text.find('{') {
+        Some(open) => (
+            &text[..open],
+            Some(&text[open + 1..text.rfind('}').unwrap_or(text.len())]),
+        ),
+        None => (text, None),
+    };
+    let mut path = prefix;
+    path.extend(
+        head.split("::")
+            .map(|s| ident(s).to_owned())
+            .filter(|s| !s.is_empty()),
+    );
+    let Some(group) = group else {
+        each(path);
+        return;
+    };
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (k, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                expand(&group[start..k], path.clone(), each);
+                start = k + 1;
+            }
+            _ => {}
+        }
+    }
+    if !group[start..].trim().is_empty() {
+        expand(&group[start..], path, each);
+    }
+}
+
+/// `path` resolved from the module `from` to absolute segments (no `crate`), or `None` when it
+/// climbs above the crate.
+fn absolute(from: &[String], path: &[String]) -> Option<Vec<String>> {
+    let mut at: Vec<String> = from.to_vec();
+    let mut rest = path;
+    match rest.first().map(String::as_str) {
+        Some("crate") => {
+            at.clear();
+            rest = &rest[1..];
+        }
+        Some("self") => rest = &rest[1..],
+        _ => {}
+    }
+    while rest.first().is_some_and(|s| s == "super") {
+        at.pop()?;
+        rest = &rest[1..];
+    }
+    at.extend(rest.iter().filter(|s| *s != "self").cloned());
+    Some(at)
+}
+
+/// Edges between files of one top-level module: (from, to) → the first file and line.
+fn file_edges(src: &Path) -> BTreeMap<(String, String), String> {
+    let files: Vec<(PathBuf, Vec<String>)> = rust_files(src)
+        .into_iter()
+        .map(|f| {
+            let m = module_path(src, &f);
+            (f, m)
+        })
+        .filter(|(_, m)| !m.is_empty() && m[0] != "lib" && m[0] != "main" && !is_test_file(m))
+        .collect();
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(_, m)| m.clone()).collect();
+    let mut edges = BTreeMap::new();
+    for (file, from) in &files {
+        let text = fs::read_to_string(file).unwrap();
+        let code = strip_cfg_test(&strip_comments(&text));
+        for (at, path) in relative_paths(&code) {
+            let Some(abs) = absolute(from, &path) else {
+                continue;
+            };
+            let Some(to) = (1..=abs.len())
+                .rev()
+                .map(|n| abs[..n].to_vec())
+                .find(|p| modules.contains(p))
+            else {
+                continue;
+            };
+            // Other top-level modules are the map's business; a file's own descendants are
+            // its children.
+            if to[0] != from[0] || to.starts_with(from) || is_test_file(&to) {
+                continue;
+            }
+            let line = code[..at].matches('\n').count() + 1;
+            edges
+                .entry((from.join("::"), to.join("::")))
+                .or_insert_with(|| {
+                    format!(
+                        "{}:{line}",
+                        file.strip_prefix(src.parent().unwrap()).unwrap().display()
+                    )
+                });
+        }
+    }
+    edges
+}
+
+/// The circles of `edges`: strongly connected sets of two or more files (Tarjan).
+fn circles(edges: &BTreeMap<(String, String), String>) -> Vec<Vec<String>> {
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (from, to) in edges.keys() {
+        next.entry(from).or_default().push(to);
+        next.entry(to).or_default();
+    }
+    struct Tarjan<'a> {
+        next: &'a BTreeMap<&'a str, Vec<&'a str>>,
+        index: BTreeMap<&'a str, (usize, usize)>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'a> Tarjan<'a> {
+        fn visit(&mut self, v: &'a str) {
+            let n = self.index.len();
+            self.index.insert(v, (n, n));
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for &w in &self.next[v] {
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let low = self.index[w].1.min(self.index[v].1);
+                    self.index.get_mut(v).unwrap().1 = low;
+                } else if self.on_stack.contains(w) {
+                    let low = self.index[w].0.min(self.index[v].1);
+                    self.index.get_mut(v).unwrap().1 = low;
+                }
+            }
+            if self.index[v].0 == self.index[v].1 {
+                let mut set = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    set.push(w.to_owned());
+                    if w == v {
+                        break;
+                    }
+                }
+                if set.len() > 1 {
+                    set.sort();
+                    self.found.push(set);
+                }
+            }
+        }
+    }
+    let mut t = Tarjan {
+        next: &next,
+        index: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for &v in next.keys() {
+        if !t.index.contains_key(v) {
+            t.visit(v);
+        }
+    }
+    t.found
+}
+
+#[test]
+fn no_files_of_a_module_import_each_other_in_a_circle() {
+    let edges = file_edges(&src_dir());
+    let found = circles(&edges);
+    let report: Vec<String> = found
+        .iter()
+        .map(|set| {
+            let inside: Vec<String> = edges
+                .iter()
+                .filter(|((a, b), _)| set.contains(a) && set.contains(b))
+                .map(|((a, b), at)| format!("    {a} {ARROW} {b} ({at})"))
+                .collect();
+            format!(
+                "  {} files: {}\n{}",
+                set.len(),
+                set.join(", "),
+                inside.join("\n")
+            )
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "{} import circle(s) between files of one module (move the shared definition to \
+         the file the others import, or to the parent):\n{}",
+        found.len(),
+        report.join("\n")
+    );
+}
+
+#[test]
+fn the_circle_finder_resolves_relative_paths_and_finds_a_circle() {
+    let code = strip_cfg_test(
+        "use super::{a::X, b::{self, Y}};\n\
+         use crate::top::c::Z;\n\
+         let v = super::super::d::f();\n\
+         #[cfg(test)]\nmod tests { use super::e::W; }\n",
+    );
+    let from: Vec<String> = ["top", "mid", "me"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let resolved: Vec<String> = relative_paths(&code)
+        .into_iter()
+        .filter_map(|(_, p)| absolute(&from, &p))
+        .map(|p| p.join("::"))
+        .collect();
+    assert_eq!(
+        resolved,
+        [
+            "top::mid::a::X",
+            "top::mid::b",
+            "top::mid::b::Y",
+            "top::c::Z",
+            "top::d::f"
+        ]
+    );
+    let edge = |a: &str, b: &str| ((a.to_owned(), b.to_owned()), String::new());
+    let edges: BTreeMap<_, _> = [
+        edge("m::a", "m::b"),
+        edge("m::b", "m::c"),
+        edge("m::c", "m::a"),
+        edge("m::c", "m::d"),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        circles(&edges),
+        [vec![
+            "m::a".to_owned(),
+            "m::b".to_owned(),
+            "m::c".to_owned()
+        ]]
+    );
+}

@@ -29,11 +29,11 @@
 //!   plugin counts only PVC-backed, generic ephemeral and migrated in-tree volumes.
 
 //!
-//! The work is split in two: [`raw_demand`] reads everything that depends on the pod alone
+//! The work is split in two: [`raw_demand`](raw::raw_demand) reads everything that depends on the pod alone
 //! when it is compacted ([`CompactPod`]; `raw`), and [`resolve`] looks its volume references
 //! up in a snapshot when gangs are built (`volumes`).
 
-mod raw;
+pub(super) mod raw;
 mod volumes;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -44,7 +44,6 @@ use super::pod::CompactPod;
 use super::problem::Issue;
 use crate::model::PodDemand;
 use crate::model::reservation::DaemonSetDemand;
-pub(crate) use raw::{RawDemand, raw_demand};
 use raw::{affinity_terms, toleration};
 pub(crate) use volumes::attachable_claims;
 use volumes::volumes;

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::demand::{RawDemand, raw_demand};
+use super::demand::raw::{RawDemand, raw_demand};
 use super::meta::{DEFAULT_NAMESPACE, object_name};
 use super::problem::Issue;
 use super::{Error, Location};
