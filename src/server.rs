@@ -20,6 +20,7 @@
 
 mod bind;
 mod conn;
+mod lead;
 mod tls;
 
 use std::net::SocketAddr;
@@ -29,18 +30,17 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::util::MapResponseLayer;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::cluster::ClusterView;
 use crate::config::{self, AuditSettings, ConnectionSettings, LeaderElectionSettings, Loaded};
 use crate::engine::{self, Engine};
 use crate::grpc::{Service, status};
 use crate::http::Endpoints;
-use crate::leader::{self, Elector, LeaseStore, Role};
+use crate::leader::{self, LeaseStore};
 use crate::metrics::Metrics;
 use crate::provision::kwok::KwokProvisioner;
 use crate::readiness::{Condition, Readiness};
-use crate::telemetry::Chain;
 
 pub use conn::{Conn, incoming, peers_for};
 pub use tls::{Polled, Tls};
@@ -110,8 +110,10 @@ pub enum Error {
 pub struct Server {
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
-    grpc: TcpListener,
-    http: TcpListener,
+    /// Taken when the gRPC server starts.
+    grpc: Option<TcpListener>,
+    /// Taken when the HTTP endpoints start.
+    http: Option<TcpListener>,
     tls: Option<Arc<Tls>>,
     connections: ConnectionSettings,
     shutdown_grace_period: Duration,
@@ -185,8 +187,8 @@ fn audit_config(audit: &AuditSettings) -> crate::audit::Config {
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("grpc", &self.grpc.local_addr().ok())
-            .field("http", &self.http.local_addr().ok())
+            .field("grpc", &self.grpc_addr())
+            .field("http", &self.http_addr())
             .field("tls", &self.tls.is_some())
             .finish()
     }
@@ -208,12 +210,12 @@ impl Server {
 
     /// The bound gRPC address.
     pub fn grpc_addr(&self) -> Option<SocketAddr> {
-        self.grpc.local_addr().ok()
+        self.grpc.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The bound HTTP address.
     pub fn http_addr(&self) -> Option<SocketAddr> {
-        self.http.local_addr().ok()
+        self.http.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The engine (for tests and tools that drive it in-process).
@@ -241,64 +243,92 @@ impl Server {
     /// [`Error::LeadershipLost`] when this replica led and could not renew the Lease in time
     /// (it has stopped acting; the process should exit so that it restarts as a standby),
     /// and [`Error::Audit`] if the audit log cannot be opened on taking over.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
-        let grpc_addr = self.grpc_addr();
-        let http_addr = self.http_addr();
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), Error> {
         // Everything but the gRPC server stops once it has drained.
         let stop = CancellationToken::new();
         // Cancelled when the grace period is over: the connections still open are closed.
         let force = CancellationToken::new();
+        let background = self.start_background(&shutdown, &stop);
+        let result = self.serve_grpc(&shutdown, &force).await;
+        self.readiness.set(Condition::Serving, false);
+        shutdown.cancel();
+        force.cancel();
+        stop.cancel();
+        self.watch_shutdown.cancel();
+        let led = background.join().await;
+        info!("gangscaler stopped");
+        result.map_err(Error::Serve)?;
+        led
+    }
+
+    /// Starts what runs beside the gRPC server: the HTTP endpoints, the TLS reloader, and
+    /// the kwok and lifecycle loops (without leader election from the start; with it, only
+    /// on the leader, by the election task).
+    fn start_background(
+        &mut self,
+        shutdown: &CancellationToken,
+        stop: &CancellationToken,
+    ) -> Background {
         let endpoints = Endpoints {
             metrics: self.metrics.clone(),
             readiness: self.readiness.clone(),
             header_timeout: self.connections.handshake_timeout,
             max_per_peer: self.connections.metrics_max_per_peer,
         };
-        let http_task = tokio::spawn(endpoints.serve(self.http, stop.clone()));
-        let tls_task = self.tls.clone().map(|tls| {
+        let http = self
+            .http
+            .take()
+            .map(|listener| tokio::spawn(endpoints.serve(listener, stop.clone())));
+        let mut tasks: Vec<tokio::task::JoinHandle<()>> = http.into_iter().collect();
+        if let Some(tls) = self.tls.clone() {
             let metrics = self.metrics.tls.clone();
-            tokio::spawn(tls.run(
+            tasks.push(tokio::spawn(tls.run(
                 self.tls_poll_interval,
                 metrics,
                 crate::clock::now_ms,
                 stop.clone(),
-            ))
-        });
-        // Without leader election the loops run from the start; with it, only on the leader.
-        let (kwok_task, lifecycle_task, lead_task, stop_election) = match self.ha {
-            None => {
-                let kwok_task = self
-                    .kwok
-                    .clone()
-                    .map(|kwok| spawn_kwok(kwok, self.engine.clone(), stop.clone()));
-                let lifecycle_task = self
-                    .lifecycle
-                    .map(|lifecycle| tokio::spawn(lifecycle.run(stop.clone())));
-                (kwok_task, lifecycle_task, None, None)
+            )));
+        }
+        let Some(ha) = self.ha.take() else {
+            if let Some(kwok) = self.kwok.clone() {
+                tasks.push(spawn_kwok(kwok, self.engine.clone(), stop.clone()));
             }
-            Some(ha) => {
-                let stop_election = CancellationToken::new();
-                let lead = lead(
-                    ha,
-                    self.engine.clone(),
-                    self.kwok.clone(),
-                    self.metrics.clone(),
-                    shutdown.clone(),
-                    stop_election.clone(),
-                );
-                (None, None, Some(tokio::spawn(lead)), Some(stop_election))
+            if let Some(lifecycle) = self.lifecycle.take() {
+                tasks.push(tokio::spawn(lifecycle.run(stop.clone())));
             }
+            return Background {
+                tasks,
+                election: None,
+            };
         };
+        let stop_election = CancellationToken::new();
+        let lead = tokio::spawn(lead::lead(
+            ha,
+            self.engine.clone(),
+            self.kwok.clone(),
+            self.metrics.clone(),
+            shutdown.clone(),
+            stop_election.clone(),
+        ));
+        Background {
+            tasks,
+            election: Some((lead, stop_election)),
+        }
+    }
+
+    /// Serves gRPC until `shutdown`, then drains: readiness turns false before tonic stops
+    /// accepting and sends GOAWAY; once the grace period is over, `force` closes the
+    /// connections still open.
+    async fn serve_grpc(
+        &mut self,
+        shutdown: &CancellationToken,
+        force: &CancellationToken,
+    ) -> Result<(), tonic::transport::Error> {
         let limits = self.connections;
-        let mut builder = tonic::transport::Server::builder()
-            .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
-            .http2_keepalive_interval(Some(limits.keepalive_interval))
-            .http2_keepalive_timeout(Some(limits.keepalive_timeout))
-            .layer(MapResponseLayer::new(
-                status::oversize_is_resource_exhausted::<tonic::body::Body>,
-            ));
-        let tls = self.tls.is_some();
-        let service = Service::new(self.engine.clone(), self.metrics.clone());
+        let addresses = (self.grpc_addr(), self.http_addr());
+        let Some(grpc) = self.grpc.take() else {
+            return Ok(());
+        };
         let refused = self.metrics.connections.clone();
         let peers = conn::peers_for(
             &limits,
@@ -308,27 +338,15 @@ impl Server {
             })),
         );
         let incoming = conn::incoming(
-            self.grpc,
-            self.tls,
+            grpc,
+            self.tls.clone(),
             limits,
             peers,
             shutdown.clone(),
             force.clone(),
         );
         self.readiness.set(Condition::Serving, true);
-        info!(
-            grpc.address = ?grpc_addr,
-            http.address = ?http_addr,
-            tls,
-            connections.max = limits.max,
-            connections.max_per_peer = limits.max_per_peer,
-            connections.reserved_for_certified = if tls { limits.reserved_for_certified } else { 0 },
-            connections.handshake_timeout_ms = limits.handshake_timeout.as_millis(),
-            connections.idle_timeout_ms = limits.idle_timeout.as_millis(),
-            shutdown_grace_period_ms = self.shutdown_grace_period.as_millis(),
-            "gangscaler serving"
-        );
-        // Readiness turns false before tonic stops accepting and sends GOAWAY.
+        self.log_serving(addresses);
         let draining = {
             let token = shutdown.clone();
             let readiness = self.readiness.clone();
@@ -342,7 +360,14 @@ impl Server {
                 );
             }
         };
-        let serve = builder
+        let service = Service::new(self.engine.clone(), self.metrics.clone());
+        let serve = tonic::transport::Server::builder()
+            .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+            .http2_keepalive_interval(Some(limits.keepalive_interval))
+            .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+            .layer(MapResponseLayer::new(
+                status::oversize_is_resource_exhausted::<tonic::body::Body>,
+            ))
             .add_service(service.into_server())
             .serve_with_incoming_shutdown(incoming, draining);
         tokio::pin!(serve);
@@ -351,7 +376,7 @@ impl Server {
             shutdown.cancelled().await;
             tokio::time::sleep(grace).await;
         };
-        let result = tokio::select! {
+        tokio::select! {
             result = &mut serve => result,
             () = grace_over => {
                 warn!(
@@ -367,28 +392,54 @@ impl Server {
                     }
                 }
             }
-        };
-        self.readiness.set(Condition::Serving, false);
-        shutdown.cancel();
-        force.cancel();
-        stop.cancel();
-        self.watch_shutdown.cancel();
-        // No RPC is in flight any more: the leader may give the Lease up (once its loops
-        // have stopped, see `lead`).
-        if let Some(stop) = &stop_election {
+        }
+    }
+
+    /// The line that says the server is up, with its (gRPC, HTTP) addresses and limits.
+    fn log_serving(&self, (grpc, http): (Option<SocketAddr>, Option<SocketAddr>)) {
+        let limits = self.connections;
+        let tls = self.tls.is_some();
+        info!(
+            grpc.address = ?grpc,
+            http.address = ?http,
+            tls,
+            connections.max = limits.max,
+            connections.max_per_peer = limits.max_per_peer,
+            connections.reserved_for_certified = if tls { limits.reserved_for_certified } else { 0 },
+            connections.handshake_timeout_ms = limits.handshake_timeout.as_millis(),
+            connections.idle_timeout_ms = limits.idle_timeout.as_millis(),
+            shutdown_grace_period_ms = self.shutdown_grace_period.as_millis(),
+            "gangscaler serving"
+        );
+    }
+}
+
+/// The tasks that run beside the gRPC server.
+struct Background {
+    /// HTTP endpoints, TLS reloader, and (without leader election) the kwok and lifecycle
+    /// loops: each stops when the server's `stop` token is cancelled.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Under leader election: the election task and the token that lets it give the Lease up.
+    election: Option<(
+        tokio::task::JoinHandle<Result<(), Error>>,
+        CancellationToken,
+    )>,
+}
+
+impl Background {
+    /// Waits for every task once the server has stopped: no RPC is in flight any more, so
+    /// the leader may give the Lease up (once its loops have stopped, see `lead`).
+    async fn join(self) -> Result<(), Error> {
+        if let Some((_, stop)) = &self.election {
             stop.cancel();
         }
-        let _ = http_task.await;
-        for task in [kwok_task, lifecycle_task, tls_task].into_iter().flatten() {
+        for task in self.tasks {
             let _ = task.await;
         }
-        let led = match lead_task {
-            Some(t) => t.await.map_err(|e| Error::Task("leader election", e))?,
+        match self.election {
+            Some((task, _)) => task.await.map_err(|e| Error::Task("leader election", e))?,
             None => Ok(()),
-        };
-        info!("gangscaler stopped");
-        result.map_err(Error::Serve)?;
-        led
+        }
     }
 }
 
@@ -439,136 +490,4 @@ fn log_resumed(path: &std::path::Path, resumed: &crate::scaleup::Resumed, metric
         repaired_bytes = resumed.repaired_bytes,
         "audit log opened"
     );
-}
-
-/// A replica under leader election: runs the election; once this replica holds the Lease,
-/// takes over (see [`take_over`]) and acts until `shutdown` (then stops its loops, waits for
-/// `stop_election`, which [`Server::run`] cancels once gRPC has drained, and releases the
-/// Lease) or until the Lease is lost (then aborts its loops at once, cancels `shutdown` and
-/// returns [`Error::LeadershipLost`]).
-async fn lead(
-    mut ha: Ha,
-    engine: Arc<Engine>,
-    kwok: Option<Arc<KwokProvisioner>>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-    stop_election: CancellationToken,
-) -> Result<(), Error> {
-    let elector = Elector::new(
-        ha.store.clone(),
-        leader::Timing::from(&ha.election),
-        ha.status.clone(),
-        crate::clock::now_ms,
-    );
-    let mut election = tokio::spawn(elector.run(stop_election.clone()));
-    let mut roles = ha.status.roles();
-    let leading = tokio::select! {
-        () = shutdown.cancelled() => false,
-        r = roles.wait_for(|r| *r == Role::Leading) => r.is_ok(),
-    };
-    let acting = CancellationToken::new();
-    let mut tasks = Vec::new();
-    if leading {
-        let took = tokio::select! {
-            r = take_over(&mut ha, &engine, kwok, &metrics, &acting) => Some(r),
-            // Lost while taking over: nothing acts yet.
-            r = &mut election => return ended(r, &shutdown),
-        };
-        match took {
-            Some(Ok(t)) => tasks = t,
-            Some(Err(e)) => {
-                error!(error = %Chain(&e), "taking over as leader failed; stopping");
-                shutdown.cancel();
-                return Err(e);
-            }
-            None => {}
-        }
-    }
-    tokio::select! {
-        () = shutdown.cancelled() => {}
-        r = &mut election => {
-            // Lost: stop acting now, not at the next tick.
-            for t in &tasks {
-                t.abort();
-            }
-            for t in tasks {
-                let _ = t.await;
-            }
-            return ended(r, &shutdown);
-        }
-    }
-    acting.cancel();
-    for t in tasks {
-        let _ = t.await;
-    }
-    tokio::select! {
-        () = stop_election.cancelled() => {}
-        r = &mut election => return ended(r, &shutdown),
-    }
-    ended(election.await, &shutdown)
-}
-
-/// The result of the election task: [`Error::LeadershipLost`] (after cancelling `shutdown`)
-/// if it lost the Lease.
-fn ended(
-    r: Result<Result<(), leader::Lost>, tokio::task::JoinError>,
-    shutdown: &CancellationToken,
-) -> Result<(), Error> {
-    match r {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(lost)) => {
-            shutdown.cancel();
-            Err(Error::LeadershipLost(lost))
-        }
-        Err(e) => {
-            shutdown.cancel();
-            Err(Error::Task("leader election", e))
-        }
-    }
-}
-
-/// Makes this replica, which holds the Lease now, the acting leader: opens its audit log
-/// resuming from every replica's files (open scale-ups, in-flight requests), lets the kwok
-/// backend write and starts its loop and the scale-up loop (stopped by `acting`), then opens
-/// the engine's gate. Returns the loops' tasks.
-async fn take_over(
-    ha: &mut Ha,
-    engine: &Arc<Engine>,
-    kwok: Option<Arc<KwokProvisioner>>,
-    metrics: &Arc<Metrics>,
-    acting: &CancellationToken,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
-    let started = crate::clock::mono_std();
-    let mut tasks = Vec::new();
-    if let Some((audit, timeouts)) = ha.audit.clone() {
-        let own = crate::audit::replica_log(&audit.path, &ha.election.identity);
-        let template = audit.path.clone();
-        let path = own.clone();
-        let opened = tokio::task::spawn_blocking(move || {
-            let others = crate::audit::discover(&template)?;
-            crate::scaleup::Recorder::open_merged(&path, audit_config(&audit), timeouts, &others)
-        })
-        .await
-        .map_err(|e| Error::Task("opening the audit log", e))?;
-        let (recorder, resumed) = opened.map_err(Error::Audit)?;
-        log_resumed(&own, &resumed, metrics);
-        let recorder = Arc::new(recorder);
-        engine.take_over(recorder.clone());
-        if let Some(parts) = ha.lifecycle.take() {
-            let lifecycle = parts.build(recorder, engine.clone(), metrics.clone());
-            tasks.push(tokio::spawn(lifecycle.run(acting.clone())));
-        }
-    }
-    if let Some(kwok) = kwok {
-        kwok.set_read_only(false);
-        tasks.push(spawn_kwok(kwok, engine.clone(), acting.clone()));
-    }
-    ha.status.set_acting();
-    info!(
-        lease = %ha.status.lease(),
-        identity = %ha.election.identity,
-        took_over_ms = started.elapsed().as_millis(),
-        "took over as leader: acting"
-    );
-    Ok(tasks)
 }

@@ -23,8 +23,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::track::Open;
-use crate::audit::Phase;
 pub use crate::audit::ReleaseReason;
+use crate::audit::{GangId, Phase};
 use crate::cluster::NodeTable;
 use crate::model::reservation::{UNASSIGNED, value_for};
 use crate::model::{GangRef, ReservationSpec};
@@ -79,6 +79,27 @@ fn assignable(nodes: &NodeTable, name: &str) -> bool {
     nodes.get(name).is_some_and(|s| !s.uninitialized)
 }
 
+/// A reserving lifecycle: its gang's taint value and its booking deadline in seconds.
+struct Reserving<'a> {
+    open: &'a Open,
+    value: String,
+    deadline: i64,
+}
+
+/// Reserving lifecycles in request order: (requested at, scale-up, gang).
+type ByRequest<'a> = BTreeMap<(i64, &'a str, &'a GangId), Reserving<'a>>;
+
+/// What every step of [`wanted`] reads.
+struct Pass<'a> {
+    attributed: &'a BTreeMap<String, Vec<String>>,
+    nodes: &'a NodeTable,
+    now_unix: i64,
+    reserving: ByRequest<'a>,
+    /// Gangs (reserving or not) per scale-up: a scale-up for one gang alone gives it all of
+    /// its nodes when the gang's node count is unknown.
+    gangs_per_scale_up: BTreeMap<&'a str, u32>,
+}
+
 /// The holds of every reserving lifecycle in `open` (see the module docs). `settings` are the
 /// node groups' reservation settings by id (a group missing there reserves nothing);
 /// `attributed` the nodes each scale-up got; `now_unix` the wall clock in seconds.
@@ -93,134 +114,193 @@ pub fn wanted(
         complete: true,
         ..Wanted::default()
     };
-    let mut gangs_per_scale_up: BTreeMap<&str, u32> = BTreeMap::new();
-    // (requested at, scale-up, gang) → (lifecycle, value, deadline seconds)
-    let mut reserving = BTreeMap::new();
-    for o in open {
-        let (Some(gang), Some(spec)) = (&o.gang, settings.get(&o.node_group)) else {
-            continue;
+    let pass = Pass::new(open, attributed, settings, nodes, now_unix, &mut w);
+    pass.book_out(&mut w);
+    let mut have = pass.keep_marked(&mut w);
+    pass.take_attributed(&mut w, &mut have);
+    pass.take_spare(&mut w, &mut have);
+    w
+}
+
+impl<'a> Pass<'a> {
+    /// Sorts the open lifecycles out: formed gangs go to `w.formed`; the reserving ones are
+    /// kept in request order, and `w.complete` says whether all of them had their nodes
+    /// attributed.
+    fn new(
+        open: &'a [Open],
+        attributed: &'a BTreeMap<String, Vec<String>>,
+        settings: &BTreeMap<String, ReservationSpec>,
+        nodes: &'a NodeTable,
+        now_unix: i64,
+        w: &mut Wanted,
+    ) -> Self {
+        let mut pass = Pass {
+            attributed,
+            nodes,
+            now_unix,
+            reserving: BTreeMap::new(),
+            gangs_per_scale_up: BTreeMap::new(),
         };
-        *gangs_per_scale_up.entry(&o.scale_up_id).or_default() += 1;
-        if !spec.enabled {
-            continue;
+        for o in open {
+            let (Some(gang), Some(spec)) = (&o.gang, settings.get(&o.node_group)) else {
+                continue;
+            };
+            *pass.gangs_per_scale_up.entry(&o.scale_up_id).or_default() += 1;
+            if !spec.enabled {
+                continue;
+            }
+            let value = value_for(&GangRef::from(gang));
+            if o.phase >= Phase::GangFormed {
+                w.formed.insert(value);
+                continue;
+            }
+            w.complete &= attributed.contains_key(&o.scale_up_id);
+            let deadline = i64::try_from(spec.booking_deadline.as_secs()).unwrap_or(i64::MAX);
+            pass.reserving.insert(
+                (o.requested_at_ms, o.scale_up_id.as_str(), gang),
+                Reserving {
+                    open: o,
+                    value,
+                    deadline,
+                },
+            );
         }
-        let value = value_for(&GangRef::from(gang));
-        if o.phase >= Phase::GangFormed {
-            w.formed.insert(value);
-            continue;
-        }
-        w.complete &= attributed.contains_key(&o.scale_up_id);
-        let deadline = i64::try_from(spec.booking_deadline.as_secs()).unwrap_or(i64::MAX);
-        reserving.insert(
-            (o.requested_at_ms, o.scale_up_id.as_str(), gang),
-            (o, value, deadline),
-        );
+        pass
     }
-    let booked = |name: &str, deadline: i64| {
-        nodes
+
+    /// Whether `name` turned Ready `deadline` seconds ago or earlier.
+    fn booked(&self, name: &str, deadline: i64) -> bool {
+        self.nodes
             .get(name)
             .and_then(|s| s.ready_since_unix)
-            .is_some_and(|t| t.saturating_add(deadline) <= now_unix)
-    };
-    for (o, _, deadline) in reserving.values() {
-        for name in attributed.get(&o.scale_up_id).into_iter().flatten() {
-            if booked(name, *deadline) {
-                w.booked_out.insert(name.clone());
+            .is_some_and(|t| t.saturating_add(deadline) <= self.now_unix)
+    }
+
+    /// The nodes attributed to the scale-up of `o`.
+    fn attributed_to(&self, o: &Open) -> impl Iterator<Item = &'a String> + use<'a> {
+        self.attributed.get(&o.scale_up_id).into_iter().flatten()
+    }
+
+    /// The nodes of a reserving lifecycle's scale-up past its booking deadline.
+    fn book_out(&self, w: &mut Wanted) {
+        for r in self.reserving.values() {
+            for name in self.attributed_to(r.open) {
+                if self.booked(name, r.deadline) {
+                    w.booked_out.insert(name.clone());
+                }
             }
         }
     }
-    let hold = |o: &Open, value: &str| Hold {
-        value: value.to_owned(),
-        gang: o.gang.as_ref().map(GangRef::from).unwrap_or_default(),
-        scale_up_id: o.scale_up_id.clone(),
-        node_group: o.node_group.clone(),
-    };
-    // 1. What the nodes already hold for a reserving gang stays held.
-    let by_value: BTreeMap<&str, (&Open, i64)> = reserving
-        .values()
-        .map(|(o, v, d)| (v.as_str(), (*o, *d)))
-        .collect();
-    let mut have: BTreeMap<&str, u32> = BTreeMap::new();
-    for name in nodes.marked() {
-        let Some(value) = nodes.get(name).and_then(|s| s.reservation.as_deref()) else {
-            continue;
-        };
-        let Some(&(o, deadline)) = by_value.get(value) else {
-            continue;
-        };
-        if booked(name, deadline) {
-            w.booked_out.insert(name.to_owned());
-            continue;
-        }
-        w.holds.insert(name.to_owned(), hold(o, value));
-        *have.entry(value).or_default() += 1;
-    }
-    // 2. Then each reserving gang, in request order, takes its scale-up's nodes by name.
-    let needs = |o: &Open| {
+
+    /// How many nodes the lifecycle `o` holds at most.
+    fn needs(&self, o: &Open) -> u32 {
         if o.gang_nodes > 0 {
             o.gang_nodes
-        } else if gangs_per_scale_up.get(o.scale_up_id.as_str()) == Some(&1) {
+        } else if self.gangs_per_scale_up.get(o.scale_up_id.as_str()) == Some(&1) {
             u32::MAX
         } else {
             0
         }
-    };
-    for (o, value, _) in reserving.values() {
-        let need = needs(o);
-        let had = have.entry(value.as_str()).or_default();
-        let mut names: Vec<&String> = attributed
-            .get(&o.scale_up_id)
-            .into_iter()
-            .flatten()
+    }
+
+    /// Step 1: what the nodes already hold for a reserving gang stays held. Returns the nodes
+    /// each taint value holds.
+    fn keep_marked(&self, w: &mut Wanted) -> BTreeMap<String, u32> {
+        let by_value: BTreeMap<&str, &Reserving<'a>> = self
+            .reserving
+            .values()
+            .map(|r| (r.value.as_str(), r))
             .collect();
-        names.sort();
-        for name in names {
-            if *had >= need {
-                break;
-            }
-            if w.holds.contains_key(name) || w.booked_out.contains(name) {
+        let mut have: BTreeMap<String, u32> = BTreeMap::new();
+        for name in self.nodes.marked() {
+            let Some(value) = self.nodes.get(name).and_then(|s| s.reservation.as_deref()) else {
+                continue;
+            };
+            let Some(r) = by_value.get(value) else {
+                continue;
+            };
+            if self.booked(name, r.deadline) {
+                w.booked_out.insert(name.to_owned());
                 continue;
             }
-            // Held for a gang that is still reserving is kept above; a value no reserving
-            // gang has (an ended one) is free to take. Not before Cluster API has set its
-            // taints: it would set the reservation back to unassigned.
-            if !assignable(nodes, name) {
+            w.holds.insert(name.to_owned(), hold(r));
+            *have.entry(value.to_owned()).or_default() += 1;
+        }
+        have
+    }
+
+    /// Step 2: each reserving gang, in request order, takes its scale-up's nodes by name.
+    fn take_attributed(&self, w: &mut Wanted, have: &mut BTreeMap<String, u32>) {
+        for r in self.reserving.values() {
+            let need = self.needs(r.open);
+            let had = have.entry(r.value.clone()).or_default();
+            let mut names: Vec<&String> = self.attributed_to(r.open).collect();
+            names.sort();
+            for name in names {
+                if *had >= need {
+                    break;
+                }
+                if w.holds.contains_key(name) || w.booked_out.contains(name) {
+                    continue;
+                }
+                // Held for a gang that is still reserving is kept above; a value no reserving
+                // gang has (an ended one) is free to take. Not before Cluster API has set its
+                // taints: it would set the reservation back to unassigned.
+                if !assignable(self.nodes, name) {
+                    continue;
+                }
+                w.holds.insert(name.clone(), hold(r));
+                *had += 1;
+            }
+        }
+    }
+
+    /// Step 3: a gang still short takes the nodes of its group's other reserving scale-ups
+    /// that no gang holds (attribution swapped nodes between two scale-ups whose holds
+    /// stayed put).
+    fn take_spare(&self, w: &mut Wanted, have: &mut BTreeMap<String, u32>) {
+        let mut spare: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
+        for r in self.reserving.values() {
+            for name in self.attributed_to(r.open) {
+                if !w.holds.contains_key(name)
+                    && !w.booked_out.contains(name)
+                    && assignable(self.nodes, name)
+                {
+                    spare
+                        .entry(r.open.node_group.as_str())
+                        .or_default()
+                        .push(name);
+                }
+            }
+        }
+        for list in spare.values_mut() {
+            list.sort();
+            list.dedup();
+        }
+        for r in self.reserving.values() {
+            let need = self.needs(r.open);
+            let had = have.entry(r.value.clone()).or_default();
+            let Some(list) = spare.get_mut(r.open.node_group.as_str()) else {
                 continue;
-            }
-            w.holds.insert(name.clone(), hold(o, value));
-            *had += 1;
-        }
-    }
-    // 3. A gang still short takes the nodes of its group's other reserving scale-ups that no
-    //    gang holds (attribution swapped nodes between two scale-ups whose holds stayed put).
-    let mut spare: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
-    for (o, _, _) in reserving.values() {
-        for name in attributed.get(&o.scale_up_id).into_iter().flatten() {
-            if !w.holds.contains_key(name)
-                && !w.booked_out.contains(name)
-                && assignable(nodes, name)
-            {
-                spare.entry(o.node_group.as_str()).or_default().push(name);
+            };
+            while *had < need && !list.is_empty() {
+                let name = list.remove(0);
+                w.holds.insert(name.clone(), hold(r));
+                *had += 1;
             }
         }
     }
-    for list in spare.values_mut() {
-        list.sort();
-        list.dedup();
+}
+
+/// The hold of one node for the reserving lifecycle `r`.
+fn hold(r: &Reserving<'_>) -> Hold {
+    let o = r.open;
+    Hold {
+        value: r.value.clone(),
+        gang: o.gang.as_ref().map(GangRef::from).unwrap_or_default(),
+        scale_up_id: o.scale_up_id.clone(),
+        node_group: o.node_group.clone(),
     }
-    for (o, value, _) in reserving.values() {
-        let need = needs(o);
-        let had = have.entry(value.as_str()).or_default();
-        let Some(list) = spare.get_mut(o.node_group.as_str()) else {
-            continue;
-        };
-        while *had < need && !list.is_empty() {
-            let name = list.remove(0);
-            w.holds.insert(name.clone(), hold(o, value));
-            *had += 1;
-        }
-    }
-    w
 }
 
 #[cfg(test)]

@@ -137,8 +137,8 @@ impl Server {
         Ok(Self {
             engine,
             metrics,
-            grpc,
-            http,
+            grpc: Some(grpc),
+            http: Some(http),
             tls,
             connections: settings.connections,
             shutdown_grace_period: settings.shutdown_grace_period,
