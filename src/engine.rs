@@ -59,6 +59,9 @@ pub struct Engine {
     /// the reservation taint from registration (`None`: they would). Read at start, on
     /// reload and before each admission decision; absent until read.
     backend_blockers: std::sync::Mutex<BTreeMap<String, Option<String>>>,
+    /// Held by each `NodeGroupIncreaseSize` from its first read to its last write: calls
+    /// are decided and applied one at a time, so no two decide from the same view.
+    increases: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -99,6 +102,7 @@ impl Engine {
             failed: std::sync::Mutex::new(failed::FailedLedger::default()),
             reservation_off: std::sync::Mutex::new(BTreeMap::new()),
             backend_blockers: std::sync::Mutex::new(BTreeMap::new()),
+            increases: Arc::new(tokio::sync::Mutex::new(())),
         };
         let loaded = engine.config.load_full();
         engine.sync(&loaded.groups).await?;
@@ -183,6 +187,50 @@ impl Engine {
 
     /// Raises the group's target by `delta`.
     ///
+    /// The call runs in a task of its own, one at a time with every other increase: once
+    /// begun it runs to completion (its decision recorded, applied and remembered as in
+    /// flight, or undone and recorded as failed) even when the caller stops waiting, as tonic
+    /// does when CA's `grpc_timeout` fires or the server closes the connection. Concurrent
+    /// calls (CA's `--parallel-scale-up`) are decided in turn, each from the view the one
+    /// before it left. A call whose caller stopped waiting while it queued is not begun.
+    ///
+    /// # Errors
+    /// Those of the call itself (below), and [`Error::Interrupted`] if its task ended without
+    /// an answer (a panic, or the runtime shutting down).
+    pub async fn increase_size(self: &Arc<Self>, id: &str, delta: i32) -> Result<u32> {
+        let engine = Arc::clone(self);
+        let group = id.to_owned();
+        // Cancelled when the caller stops waiting: a call still queued then is not begun.
+        let gone = tokio_util::sync::CancellationToken::new();
+        let _caller = gone.clone().drop_guard();
+        let call = tokio::spawn(async move {
+            let _one_at_a_time = engine.increases.clone().lock_owned().await;
+            if gone.is_cancelled() {
+                info!(node_group.id = %echo(&group), delta, "increase not begun: its caller stopped waiting while it queued");
+                return Err(Error::Interrupted {
+                    group,
+                    why: "the caller stopped waiting before it began".into(),
+                });
+            }
+            engine.increase_now(&group, delta).await
+        });
+        call.await.map_err(|e| Error::Interrupted {
+            group: id.to_owned(),
+            why: e.to_string(),
+        })?
+    }
+
+    /// Waits until no increase is running or queued (at most `limit`): called at shutdown,
+    /// once gRPC has stopped, so that a call CA gave up on still finishes before the process
+    /// exits. Returns whether they all finished in time.
+    pub async fn settle(&self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.increases.lock())
+            .await
+            .is_ok()
+    }
+
+    /// [`Engine::increase_size`] itself, run under the increase lock.
+    ///
     /// # Errors
     /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta <= 0`, the backend's
     /// refusal ([`provision::Error::AboveMax`](crate::provision::Error::AboveMax), also when
@@ -190,7 +238,7 @@ impl Engine {
     /// admission [`Error::Rejected`], [`Error::NotSynced`] or [`Error::ViewStale`] (no decision
     /// is made or recorded from a cluster view that may be behind); [`Error::NotLeader`] on a
     /// replica that may not act.
-    pub async fn increase_size(&self, id: &str, delta: i32) -> Result<u32> {
+    async fn increase_now(&self, id: &str, delta: i32) -> Result<u32> {
         self.check_leader()?;
         let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];

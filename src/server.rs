@@ -250,6 +250,13 @@ impl Server {
         let force = CancellationToken::new();
         let background = self.start_background(&shutdown, &stop);
         let result = self.serve_grpc(&shutdown, &force).await;
+        // An increase CA stopped waiting for still runs: let it finish before the loops stop.
+        if !self.engine.settle(self.shutdown_grace_period).await {
+            warn!(
+                grace_period_ms = self.shutdown_grace_period.as_millis(),
+                "a NodeGroupIncreaseSize was still running when the grace period ended"
+            );
+        }
         self.readiness.set(Condition::Serving, false);
         shutdown.cancel();
         force.cancel();

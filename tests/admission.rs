@@ -100,7 +100,7 @@ async fn engine(group: NodeGroupSpec, policy: Policy, objects: &str) -> Engine {
 async fn strict_rejects_a_partial_scale_up_and_off_accepts_it() {
     // minCount 8, each member needs a whole 8-GPU node, but max size allows only 5.
     let objects = gang("train", 8, 8, 8, 0, 0, "2026-11-29T10:00:00Z");
-    let strict = engine(h100(5), Policy::Strict, &objects).await;
+    let strict = Arc::new(engine(h100(5), Policy::Strict, &objects).await);
     let err = strict.increase_size("h100", 5).await.unwrap_err();
     assert!(matches!(err, Error::Rejected { .. }), "{err}");
     assert_eq!(status::code(&err), tonic::Code::FailedPrecondition);
@@ -115,7 +115,7 @@ async fn strict_rejects_a_partial_scale_up_and_off_accepts_it() {
         "no node added"
     );
 
-    let off = engine(h100(5), Policy::Off, &objects).await;
+    let off = Arc::new(engine(h100(5), Policy::Off, &objects).await);
     assert_eq!(
         off.increase_size("h100", 5).await.unwrap(),
         5,
@@ -131,7 +131,7 @@ async fn csi_limits_round_a_gang_up_to_one_member_per_node() {
         "{STORAGE_CLASS}---\n{}",
         gang("ckpt", 8, 8, 1, 3, 0, "2026-11-29T10:00:00Z")
     );
-    let e = engine(h100(16), Policy::Strict, &objects).await;
+    let e = Arc::new(engine(h100(16), Policy::Strict, &objects).await);
     assert_eq!(e.increase_size("h100", 1).await.unwrap(), 8);
     // The gang's need is now in flight and held by the target: a repeated ask adds nothing
     // (rule all_covered), where it used to add CA's 1 node that no member needed.
@@ -147,7 +147,7 @@ async fn a_gang_whose_storage_class_is_missing_is_held_not_sized_as_if_it_had_no
     // or not created yet): the attach count is unknown. Counted toward no driver, the 8
     // members would pack onto 1 node where 8 are needed.
     let objects = gang("ckpt", 8, 8, 1, 3, 0, "2026-11-29T10:00:00Z");
-    let e = engine(h100(16), Policy::Strict, &objects).await;
+    let e = Arc::new(engine(h100(16), Policy::Strict, &objects).await);
     let err = e.increase_size("h100", 1).await.unwrap_err();
     assert_eq!(status::code(&err), tonic::Code::FailedPrecondition, "{err}");
     let msg = err.to_string();
@@ -158,16 +158,18 @@ async fn a_gang_whose_storage_class_is_missing_is_held_not_sized_as_if_it_had_no
     assert_eq!(e.target_size("h100").await.unwrap(), 0, "no node added");
 
     // roundUp does not reject, but does not size the gang either: CA's delta as asked.
-    let e = engine(h100(16), Policy::RoundUp, &objects).await;
+    let e = Arc::new(engine(h100(16), Policy::RoundUp, &objects).await);
     assert_eq!(e.increase_size("h100", 1).await.unwrap(), 1);
 
     // Once the class exists, the gang is sized with its volumes: 8 nodes.
-    let e = engine(
-        h100(16),
-        Policy::Strict,
-        &format!("{STORAGE_CLASS}---\n{objects}"),
-    )
-    .await;
+    let e = Arc::new(
+        engine(
+            h100(16),
+            Policy::Strict,
+            &format!("{STORAGE_CLASS}---\n{objects}"),
+        )
+        .await,
+    );
     assert_eq!(e.increase_size("h100", 1).await.unwrap(), 8);
 }
 
@@ -179,7 +181,7 @@ async fn the_higher_priority_gang_is_admitted_whole_and_the_other_when_room_rema
         gang("high", 8, 8, 8, 0, 100, "2026-11-29T10:00:00Z")
     );
     // Room for one gang: the higher priority one wins although it is younger.
-    let e = engine(h100(8), Policy::Strict, &objects).await;
+    let e = Arc::new(engine(h100(8), Policy::Strict, &objects).await);
     assert_eq!(e.increase_size("h100", 8).await.unwrap(), 8);
     let err = e.increase_size("h100", 8).await.unwrap_err();
     assert_eq!(status::code(&err), tonic::Code::FailedPrecondition);
@@ -204,14 +206,14 @@ async fn the_higher_priority_gang_is_admitted_whole_and_the_other_when_room_rema
     );
 
     // With room for both, one call admits both.
-    let roomy = engine(h100(16), Policy::Strict, &objects).await;
+    let roomy = Arc::new(engine(h100(16), Policy::Strict, &objects).await);
     assert_eq!(roomy.increase_size("h100", 8).await.unwrap(), 16);
 }
 
 #[tokio::test]
 async fn ungrouped_pods_keep_per_pod_semantics_when_no_gang_is_pending() {
     let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  tolerations: [{key: nvidia.com/gpu, operator: Exists}]\n  containers: [{name: c, image: x, resources: {requests: {cpu: \"1\"}}}]\nstatus: {phase: Pending}\n";
-    let e = engine(h100(4), Policy::Strict, pod).await;
+    let e = Arc::new(engine(h100(4), Policy::Strict, pod).await);
     assert_eq!(
         e.increase_size("h100", 2).await.unwrap(),
         2,
@@ -255,16 +257,18 @@ async fn a_stale_cluster_view_answers_unavailable_and_records_no_decision() {
     let path = dir.path().join("audit.jsonl");
     let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
     let provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
-    let e = Engine::new(
-        testing::loaded(vec![h100(4)]),
-        None,
-        provisioners,
-        Arc::new(Metrics::new()),
-    )
-    .await
-    .unwrap()
-    .with_admission(Policy::Strict, Arc::new(Stale))
-    .with_audit(Arc::new(recorder));
+    let e = Arc::new(
+        Engine::new(
+            testing::loaded(vec![h100(4)]),
+            None,
+            provisioners,
+            Arc::new(Metrics::new()),
+        )
+        .await
+        .unwrap()
+        .with_admission(Policy::Strict, Arc::new(Stale))
+        .with_audit(Arc::new(recorder)),
+    );
     let err = e.increase_size("h100", 1).await.unwrap_err();
     assert_eq!(status::code(&err), tonic::Code::Unavailable);
     let msg = err.to_string();
@@ -283,15 +287,17 @@ async fn a_stale_cluster_view_answers_unavailable_and_records_no_decision() {
 #[tokio::test]
 async fn an_unsynced_cluster_view_answers_unavailable_instead_of_guessing() {
     let provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
-    let e = Engine::new(
-        testing::loaded(vec![h100(4)]),
-        None,
-        provisioners,
-        Arc::new(Metrics::new()),
-    )
-    .await
-    .unwrap()
-    .with_admission(Policy::Strict, Arc::new(NeverSynced));
+    let e = Arc::new(
+        Engine::new(
+            testing::loaded(vec![h100(4)]),
+            None,
+            provisioners,
+            Arc::new(Metrics::new()),
+        )
+        .await
+        .unwrap()
+        .with_admission(Policy::Strict, Arc::new(NeverSynced)),
+    );
     let err = e.increase_size("h100", 1).await.unwrap_err();
     assert_eq!(status::code(&err), tonic::Code::Unavailable);
     assert_eq!(e.target_size("h100").await.unwrap(), 0);
@@ -305,9 +311,11 @@ async fn every_decision_lands_in_the_audit_log_rejections_included() {
     let path = dir.path().join("audit.jsonl");
     let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
     let objects = gang("train", 8, 8, 8, 0, 0, "2026-11-29T10:00:00Z");
-    let e = engine(h100(8), Policy::Strict, &objects)
-        .await
-        .with_audit(Arc::new(recorder));
+    let e = Arc::new(
+        engine(h100(8), Policy::Strict, &objects)
+            .await
+            .with_audit(Arc::new(recorder)),
+    );
     assert_eq!(e.increase_size("h100", 8).await.unwrap(), 8);
     assert!(e.increase_size("h100", 1).await.is_err(), "at max");
 
@@ -357,9 +365,11 @@ async fn failed_instances_ca_deletes_before_the_lifecycle_reads_them_still_reach
         }),
     });
     let objects = gang("train", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z");
-    let e = engine(g, Policy::Strict, &objects)
-        .await
-        .with_audit(Arc::new(recorder));
+    let e = Arc::new(
+        engine(g, Policy::Strict, &objects)
+            .await
+            .with_audit(Arc::new(recorder)),
+    );
     e.increase_size("h100", 2).await.unwrap();
     // CA lists the group, sees two failed instances and deletes them at once.
     let listed = e.nodes("h100").await.unwrap();
@@ -378,14 +388,14 @@ async fn failed_instances_ca_deletes_before_the_lifecycle_reads_them_still_reach
         "CA sees them gone"
     );
     // The lifecycle's next read still shows the failures, once.
-    let seen = InstanceSource::instances(&e, "h100").await.unwrap();
+    let seen = InstanceSource::instances(e.as_ref(), "h100").await.unwrap();
     let codes: Vec<_> = seen
         .iter()
         .map(|i| i.error.as_ref().map(|e| e.code))
         .collect();
     assert_eq!(codes, vec![Some(ErrorCode::Stockout); 2], "{seen:?}");
     assert!(
-        InstanceSource::instances(&e, "h100")
+        InstanceSource::instances(e.as_ref(), "h100")
             .await
             .unwrap()
             .is_empty()
@@ -422,7 +432,7 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
     let mut b = h100(8);
     b.id = gangscaler::model::NodeGroupId::new("h100-b");
     let objects = gang("train", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z");
-    let e = engine_of(vec![a, b], &objects).await;
+    let e = Arc::new(engine_of(vec![a, b], &objects).await);
 
     // CA asks the first group, then the second for the same pods: the gang is provisioned
     // once. The second call gets CA's own delta (no pending gang needs that group), not a
@@ -439,31 +449,33 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
     assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 1 + 2);
 
     // A stock-out on the second group (its instances fail) releases it the same way.
-    let e = engine_of(
-        vec![
-            {
-                let mut b = h100(8);
-                b.id = gangscaler::model::NodeGroupId::new("h100-b");
-                b
-            },
-            {
-                let mut a = h100(8);
-                a.id = gangscaler::model::NodeGroupId::new("h100-a");
-                a.backend = BackendSpec::Memory(MemoryBackendSpec {
-                    create_delay: std::time::Duration::ZERO,
-                    provision_delay: std::time::Duration::ZERO,
-                    failure: Some(SimulatedFailure {
-                        after_instances: 0,
-                        code: ErrorCode::Stockout,
-                        per_million: SimulatedFailure::ALWAYS,
-                    }),
-                });
-                a
-            },
-        ],
-        &objects,
-    )
-    .await;
+    let e = Arc::new(
+        engine_of(
+            vec![
+                {
+                    let mut b = h100(8);
+                    b.id = gangscaler::model::NodeGroupId::new("h100-b");
+                    b
+                },
+                {
+                    let mut a = h100(8);
+                    a.id = gangscaler::model::NodeGroupId::new("h100-a");
+                    a.backend = BackendSpec::Memory(MemoryBackendSpec {
+                        create_delay: std::time::Duration::ZERO,
+                        provision_delay: std::time::Duration::ZERO,
+                        failure: Some(SimulatedFailure {
+                            after_instances: 0,
+                            code: ErrorCode::Stockout,
+                            per_million: SimulatedFailure::ALWAYS,
+                        }),
+                    });
+                    a
+                },
+            ],
+            &objects,
+        )
+        .await,
+    );
     assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 2);
     assert_eq!(
         e.increase_size("h100-b", 1).await.unwrap(),
@@ -484,6 +496,11 @@ struct Flaky {
     blocker: std::sync::Mutex<Option<String>>,
     /// `increase` of this one group fails.
     failing_group: std::sync::Mutex<Option<String>>,
+    /// While set, `increase` says so on `entered` and then waits for a permit of `gate`
+    /// before it writes (a slow cloud API).
+    gated: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+    gate: tokio::sync::Semaphore,
 }
 
 impl Flaky {
@@ -493,7 +510,17 @@ impl Flaky {
             failing: std::sync::atomic::AtomicBool::new(failing),
             blocker: std::sync::Mutex::new(None),
             failing_group: std::sync::Mutex::new(None),
+            gated: std::sync::atomic::AtomicBool::new(false),
+            entered: tokio::sync::Notify::new(),
+            gate: tokio::sync::Semaphore::new(0),
         }
+    }
+
+    /// A backend whose `increase` waits at the gate.
+    fn gated() -> Self {
+        let f = Self::new(false);
+        f.gated.store(true, std::sync::atomic::Ordering::SeqCst);
+        f
     }
 
     fn unavailable(group: &NodeGroupSpec) -> gangscaler::provision::Error {
@@ -525,6 +552,10 @@ impl Provisioner for Flaky {
             || self.failing_group.lock().unwrap().as_deref() == Some(group.id.as_str())
         {
             return Err(Self::unavailable(group));
+        }
+        if self.gated.load(std::sync::atomic::Ordering::SeqCst) {
+            self.entered.notify_one();
+            self.gate.acquire().await.unwrap().forget();
         }
         self.inner.increase(group, delta).await
     }
@@ -577,20 +608,22 @@ async fn a_backend_failure_after_the_decision_record_ends_its_scale_up_as_provis
     let provisioners: Vec<Arc<dyn Provisioner>> = vec![flaky.clone()];
     let metrics = Arc::new(Metrics::new());
     let objects = gang("train", 8, 8, 8, 0, 0, "2026-11-29T10:00:00Z");
-    let e = Engine::new(
-        testing::loaded(vec![h100(8)]),
-        None,
-        provisioners,
-        metrics.clone(),
-    )
-    .await
-    .unwrap()
-    .with_audit(recorder.clone())
-    .with_admission(
-        Policy::Strict,
-        Arc::new(StaticObjects(
-            ObjectSet::from_yaml_documents(&objects).unwrap(),
-        )),
+    let e = Arc::new(
+        Engine::new(
+            testing::loaded(vec![h100(8)]),
+            None,
+            provisioners,
+            metrics.clone(),
+        )
+        .await
+        .unwrap()
+        .with_audit(recorder.clone())
+        .with_admission(
+            Policy::Strict,
+            Arc::new(StaticObjects(
+                ObjectSet::from_yaml_documents(&objects).unwrap(),
+            )),
+        ),
     );
 
     let err = e.increase_size("h100", 8).await.unwrap_err();
@@ -717,19 +750,21 @@ async fn a_daemon_set_without_the_toleration_turns_a_groups_reservation_off_and_
         let metrics = Arc::new(Metrics::new());
         let provisioners: Vec<Arc<dyn Provisioner>> = vec![Arc::new(MemoryProvisioner::new())];
         let watched = daemon_sets.is_some();
-        let e = Engine::new(
-            testing::loaded(vec![group]),
-            None,
-            provisioners,
-            metrics.clone(),
-        )
-        .await
-        .unwrap()
-        .with_admission(
-            Policy::Strict,
-            Arc::new(WithDaemonSets(StaticObjects(set), daemon_sets)),
-        )
-        .with_audit(Arc::new(recorder));
+        let e = Arc::new(
+            Engine::new(
+                testing::loaded(vec![group]),
+                None,
+                provisioners,
+                metrics.clone(),
+            )
+            .await
+            .unwrap()
+            .with_admission(
+                Policy::Strict,
+                Arc::new(WithDaemonSets(StaticObjects(set), daemon_sets)),
+            )
+            .with_audit(Arc::new(recorder)),
+        );
         assert_eq!(
             e.increase_size("h100", 1).await.unwrap(),
             2,
@@ -787,16 +822,18 @@ async fn a_backend_that_does_not_register_nodes_reserved_turns_the_groups_reserv
         0,
         "2026-11-29T10:00:00Z",
     ))));
-    let e = Engine::new(
-        testing::loaded(vec![group]),
-        None,
-        provisioners,
-        metrics.clone(),
-    )
-    .await
-    .unwrap()
-    .with_admission(Policy::Strict, source.clone())
-    .with_audit(Arc::new(recorder));
+    let e = Arc::new(
+        Engine::new(
+            testing::loaded(vec![group]),
+            None,
+            provisioners,
+            metrics.clone(),
+        )
+        .await
+        .unwrap()
+        .with_admission(Policy::Strict, source.clone())
+        .with_audit(Arc::new(recorder)),
+    );
     let blocked = || {
         metrics
             .reservation_backend_blocked
@@ -860,7 +897,7 @@ async fn composite_engine(
     h100_max: u32,
     objects: &str,
     path: &std::path::Path,
-) -> (Engine, Arc<Metrics>) {
+) -> (Arc<Engine>, Arc<Metrics>) {
     use gangscaler::audit;
     use gangscaler::scaleup::{Recorder, Timeouts};
     let (recorder, _) = Recorder::open(path, audit::Config::new(), Timeouts::default()).unwrap();
@@ -872,20 +909,22 @@ async fn composite_engine(
         std::time::Duration::from_secs(60),
     );
     let metrics = Arc::new(Metrics::new());
-    let e = Engine::new(
-        testing::loaded(vec![cpu, h100(h100_max)]),
-        None,
-        provisioners,
-        metrics.clone(),
-    )
-    .await
-    .unwrap()
-    .with_audit(Arc::new(recorder))
-    .with_admission(
-        Policy::Strict,
-        Arc::new(StaticObjects(
-            ObjectSet::from_yaml_documents(objects).unwrap(),
-        )),
+    let e = Arc::new(
+        Engine::new(
+            testing::loaded(vec![cpu, h100(h100_max)]),
+            None,
+            provisioners,
+            metrics.clone(),
+        )
+        .await
+        .unwrap()
+        .with_audit(Arc::new(recorder))
+        .with_admission(
+            Policy::Strict,
+            Arc::new(StaticObjects(
+                ObjectSet::from_yaml_documents(objects).unwrap(),
+            )),
+        ),
     );
     (e, metrics)
 }
@@ -1005,4 +1044,119 @@ async fn a_failed_share_takes_back_the_shares_added_and_ends_every_lifecycle() {
     *flaky.failing_group.lock().unwrap() = None;
     assert_eq!(e.increase_size("h100", 2).await.unwrap(), 2);
     assert_eq!(e.target_size("cpu").await.unwrap(), 1);
+}
+
+/// An engine over `h100(16)` on a gated backend, with one pending gang of 4 × 8 GPU.
+async fn gated_engine() -> (Arc<Engine>, Arc<Flaky>) {
+    gated_engine_with(Policy::Strict).await
+}
+
+async fn gated_engine_with(policy: Policy) -> (Arc<Engine>, Arc<Flaky>) {
+    let flaky = Arc::new(Flaky::gated());
+    let provisioners: Vec<Arc<dyn Provisioner>> = vec![flaky.clone()];
+    let objects = gang("train", 4, 4, 8, 0, 0, "2026-11-29T10:00:00Z");
+    let e = Arc::new(
+        Engine::new(
+            testing::loaded(vec![h100(16)]),
+            None,
+            provisioners,
+            Arc::new(Metrics::new()),
+        )
+        .await
+        .unwrap()
+        .with_admission(
+            policy,
+            Arc::new(StaticObjects(
+                ObjectSet::from_yaml_documents(&objects).unwrap(),
+            )),
+        ),
+    );
+    (e, flaky)
+}
+
+/// The group's target once it leaves `from`, or `from` if it stays there for two seconds.
+async fn target_after(e: &Engine, group: &str, from: u32) -> u32 {
+    for _ in 0..100 {
+        let t = e.target_size(group).await.unwrap();
+        if t != from {
+            return t;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    from
+}
+
+#[tokio::test]
+async fn an_increase_whose_caller_stopped_waiting_is_applied_and_counted_in_flight() {
+    let (e, flaky) = gated_engine().await;
+    // CA's grpc_timeout fires while the backend is writing: tonic drops the handler.
+    tokio::select! {
+        r = e.increase_size("h100", 1) => panic!("the gate is closed, yet the call answered {r:?}"),
+        () = flaky.entered.notified() => {}
+    }
+    flaky.gate.add_permits(1);
+    assert_eq!(
+        target_after(&e, "h100", 0).await,
+        4,
+        "the call decided to add the gang, so its nodes must be requested"
+    );
+    assert!(e.settle(std::time::Duration::from_secs(5)).await);
+    // The gang's nodes are in flight: asking again for it adds nothing.
+    let err = e.increase_size("h100", 1).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Rejected { reason, .. } if reason.contains("in flight")),
+        "{err}"
+    );
+    assert_eq!(e.target_size("h100").await.unwrap(), 4);
+}
+
+#[tokio::test]
+async fn concurrent_increases_for_one_gang_request_its_nodes_once() {
+    let (e, flaky) = gated_engine().await;
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let e = e.clone();
+            tokio::spawn(async move { e.increase_size("h100", 1).await })
+        })
+        .collect();
+    flaky.entered.notified().await;
+    // Let both reach the backend if both decided.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    flaky.gate.add_permits(2);
+    let mut answers = Vec::new();
+    for c in calls {
+        answers.push(c.await.unwrap());
+    }
+    assert_eq!(
+        e.target_size("h100").await.unwrap(),
+        4,
+        "one gang of 4 nodes, requested by two calls: {answers:?}"
+    );
+    let accepted = answers.iter().filter(|a| a.is_ok()).count();
+    assert_eq!(accepted, 1, "{answers:?}");
+}
+
+#[tokio::test]
+async fn an_increase_whose_caller_stopped_waiting_while_it_queued_is_not_begun() {
+    // `off` applies every delta as asked, so a call that ran would show in the target.
+    let (e, flaky) = gated_engine_with(Policy::Off).await;
+    let first = tokio::spawn({
+        let e = e.clone();
+        async move { e.increase_size("h100", 1).await }
+    });
+    flaky.entered.notified().await;
+    // A second call queues behind the first; its caller gives up before it begins.
+    let queued = tokio::time::timeout(
+        std::time::Duration::from_millis(50),
+        e.increase_size("h100", 1),
+    )
+    .await;
+    assert!(
+        queued.is_err(),
+        "the first call holds the queue: {queued:?}"
+    );
+    flaky.gate.add_permits(2);
+    assert_eq!(first.await.unwrap().unwrap(), 1);
+    assert!(e.settle(std::time::Duration::from_secs(5)).await);
+    assert_eq!(e.target_size("h100").await.unwrap(), 1);
 }

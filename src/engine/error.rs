@@ -76,6 +76,18 @@ pub enum Error {
         /// The write error and its causes.
         why: String,
     },
+    /// The task running a `NodeGroupIncreaseSize` ended without an answer: it panicked, or
+    /// the runtime is shutting down (group name shown cut short and escaped).
+    #[error(
+        "node group \"{}\": the increase ended without an answer: {why}",
+        echo(group)
+    )]
+    Interrupted {
+        /// Group, as the request named it.
+        group: String,
+        /// The task's end.
+        why: String,
+    },
     /// The backend refused or failed.
     #[error(transparent)]
     Provision(#[from] provision::Error),

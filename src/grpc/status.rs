@@ -16,13 +16,13 @@ use crate::provision;
 /// | past max, below min, cancelling created capacity | `FailedPrecondition` |
 /// | no template, no price, unsupported call | `Unimplemented` |
 /// | backend unreachable, cluster view not synced or stale, not the leader, audit log unwritable | `Unavailable` |
-/// | wiring bug | `Internal` |
+/// | wiring bug, an increase whose task ended without an answer | `Internal` |
 pub fn code(e: &Error) -> Code {
     match e {
         Error::GroupNotFound(_) | Error::NodeNotManaged { .. } => Code::NotFound,
         Error::InvalidRequest(_) => Code::InvalidArgument,
         Error::NoTemplate(_) | Error::NoPrice(_) | Error::Unsupported(_) => Code::Unimplemented,
-        Error::NoBackend { .. } => Code::Internal,
+        Error::NoBackend { .. } | Error::Interrupted { .. } => Code::Internal,
         Error::Rejected { .. } => Code::FailedPrecondition,
         Error::NotSynced(_)
         | Error::ViewStale { .. }
@@ -183,6 +183,13 @@ mod tests {
                     why: "writing audit log /a: No space left on device (os error 28)".into(),
                 },
                 Code::Unavailable,
+            ),
+            (
+                Error::Interrupted {
+                    group: "gpu".into(),
+                    why: "task 7 panicked".into(),
+                },
+                Code::Internal,
             ),
         ];
         for (err, want) in cases {
