@@ -4,7 +4,9 @@
 //! `planner` and `cluster` (gang admission), `scaleup` (the recorder of decisions; the engine
 //! is the scale-up loop's [`InstanceSource`](crate::scaleup::InstanceSource)), `audit`
 //! (record phases), `events`, `leader`, `metrics`, `clock` and `model`; knows nothing of
-//! gRPC. `reload` re-reads the configuration, `decisions` records what the engine decided,
+//! gRPC. `increase` is `NodeGroupIncreaseSize` top to bottom, as its phases (prepare,
+//! decide, record, apply, publish); `reload` re-reads the configuration, `decisions` records
+//! what the engine decided,
 //! `failed` keeps the failed instances CA deleted before the scale-up loop saw them, `acting`
 //! holds changes to the leader and takes the audit log over, `instances` answers the
 //! scale-up loop, `error` lists the errors.
@@ -15,6 +17,7 @@ mod composite;
 mod decisions;
 mod error;
 mod failed;
+mod increase;
 mod instances;
 mod reload;
 mod request;
@@ -25,17 +28,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tracing::{info, warn};
+use tracing::info;
 
-use crate::clock;
 use crate::config::{self, Fingerprint, Loaded};
 use crate::metrics::Metrics;
 use crate::model::{AutoscalingOptions, Instance, NodeGroupSpec, TemplateNode, echo};
 use crate::provision::{NodeRef, Provisioner};
 use crate::scaleup::Recorder;
-use crate::telemetry::Chain;
 pub use error::{Error, Result};
-use request::{NodeList, positive};
+use request::NodeList;
 
 /// The use cases behind the RPCs.
 pub struct Engine {
@@ -183,211 +184,6 @@ impl Engine {
         let target = self.backend(g)?.target_size(g).await?;
         self.note_target(g, target, false);
         Ok(target)
-    }
-
-    /// Raises the group's target by `delta`.
-    ///
-    /// The call runs in a task of its own, one at a time with every other increase: once
-    /// begun it runs to completion (its decision recorded, applied and remembered as in
-    /// flight, or undone and recorded as failed) even when the caller stops waiting, as tonic
-    /// does when CA's `grpc_timeout` fires or the server closes the connection. Concurrent
-    /// calls (CA's `--parallel-scale-up`) are decided in turn, each from the view the one
-    /// before it left. A call whose caller stopped waiting while it queued is not begun.
-    ///
-    /// # Errors
-    /// Those of the call itself (below), and [`Error::Interrupted`] if its task ended without
-    /// an answer (a panic, or the runtime shutting down).
-    pub async fn increase_size(self: &Arc<Self>, id: &str, delta: i32) -> Result<u32> {
-        let engine = Arc::clone(self);
-        let group = id.to_owned();
-        // Cancelled when the caller stops waiting: a call still queued then is not begun.
-        let gone = tokio_util::sync::CancellationToken::new();
-        let _caller = gone.clone().drop_guard();
-        let call = tokio::spawn(async move {
-            let _one_at_a_time = engine.increases.clone().lock_owned().await;
-            if gone.is_cancelled() {
-                info!(node_group.id = %echo(&group), delta, "increase not begun: its caller stopped waiting while it queued");
-                return Err(Error::Interrupted {
-                    group,
-                    why: "the caller stopped waiting before it began".into(),
-                });
-            }
-            engine.increase_now(&group, delta).await
-        });
-        call.await.map_err(|e| Error::Interrupted {
-            group: id.to_owned(),
-            why: e.to_string(),
-        })?
-    }
-
-    /// Waits until no increase is running or queued (at most `limit`): called at shutdown,
-    /// once gRPC has stopped, so that a call CA gave up on still finishes before the process
-    /// exits. Returns whether they all finished in time.
-    pub async fn settle(&self, limit: Duration) -> bool {
-        tokio::time::timeout(limit, self.increases.lock())
-            .await
-            .is_ok()
-    }
-
-    /// [`Engine::increase_size`] itself, run under the increase lock.
-    ///
-    /// # Errors
-    /// [`Error::GroupNotFound`], [`Error::InvalidRequest`] for `delta <= 0`, the backend's
-    /// refusal ([`provision::Error::AboveMax`](crate::provision::Error::AboveMax), also when
-    /// the target is already above a `maxSize` a reload lowered) or failure, and with gang
-    /// admission [`Error::Rejected`], [`Error::NotSynced`] or [`Error::ViewStale`] (no decision
-    /// is made or recorded from a cluster view that may be behind); [`Error::NotLeader`] on a
-    /// replica that may not act.
-    async fn increase_now(&self, id: &str, delta: i32) -> Result<u32> {
-        self.check_leader()?;
-        let (cfg, idx) = self.group(id)?;
-        let g = &cfg.groups[idx];
-        let delta = positive(delta, || {
-            format!(
-                "node group {}: increase delta must be positive, got {delta}",
-                echo(id)
-            )
-        })?;
-        let backend = self.backend(g)?;
-        let Some(admission) = &self.admission else {
-            self.check_leader()?;
-            let result = backend.increase(g, delta).await;
-            self.observe(g, "increase", &result);
-            self.note_increase(g, &result);
-            let target = result?;
-            info!(node_group.id = %g.id, delta, target, "target size increased");
-            return Ok(target);
-        };
-        let now_ms = clock::now_ms();
-        let now = now_ms.div_euclid(1000);
-        // Whether the backend registers the new Nodes reserved, read fresh: a decision that
-        // reserves must not rest on a template read before an edit.
-        self.read_backend_blocker(g, backend.as_ref()).await?;
-        let target = backend.target_size(g).await?;
-        self.note_target(g, target, false);
-        let unavailable = |e| match e {
-            admission::Unavailable::NotSynced => Error::NotSynced(g.id.clone()),
-            admission::Unavailable::Stale(stale) => Error::ViewStale {
-                group: g.id.clone(),
-                stale,
-            },
-        };
-        let view = admission.view(now).map_err(unavailable)?;
-        // A composite with a child this group hosts may take nodes of other groups in this
-        // decision: read their targets (a group whose target cannot be read takes no share).
-        let others = if admission.needs_other_groups(&view, g, &cfg.provider.gpu_label) {
-            self.other_targets(&cfg, g).await
-        } else {
-            Vec::new()
-        };
-        let others: Vec<(&NodeGroupSpec, u32)> =
-            others.iter().map(|(i, t)| (&cfg.groups[*i], *t)).collect();
-        let (mut decision, mut companions) = admission.decide_in(
-            &view,
-            g,
-            &cfg.provider.gpu_label,
-            target,
-            delta,
-            &others,
-            now,
-        );
-        drop(view);
-        // Each other group's spec and backend, looked up once.
-        let shares = companions
-            .iter()
-            .map(|c| self.companion(&cfg, &c.group))
-            .collect::<Result<Vec<_>>>()?;
-        decision.reservation_off = self.reservation_off(g, &cfg.provider.gpu_label);
-        self.metrics.composites(
-            decision.composites.len(),
-            decision
-                .deferred
-                .iter()
-                .filter(|d| d.gang.kind == "CompositePodGroup")
-                .count(),
-        );
-        for (c, (cg, cb)) in companions.iter_mut().zip(&shares) {
-            self.read_backend_blocker(cg, cb.as_ref()).await?;
-            c.reservation_off = self.reservation_off(cg, &cfg.provider.gpu_label);
-        }
-        for d in std::iter::once(&decision).chain(&companions) {
-            self.log_decision(d, delta);
-        }
-        if !decision.is_accepted() || decision.applied_delta == 0 {
-            self.publish_decision(&decision);
-            // Nothing changes, so an unwritable log does not change the answer either.
-            let _ = self.record_decision(&decision, now_ms);
-            return Err(Error::Rejected {
-                group: g.id.clone(),
-                reason: decision.reason,
-            });
-        }
-        // Deciding took time: the leadership is checked again just before acting.
-        self.check_leader()?;
-        // Record before acting: every decision of a cross-group scale-up is durable before any
-        // node is requested, so no node is ever added without the record of why.
-        let mut recorded: Vec<(&NodeGroupSpec, Option<String>)> = Vec::new();
-        let groups = std::iter::once(g).chain(shares.iter().map(|(cg, _)| *cg));
-        for (d, dg) in std::iter::once(&decision).chain(&companions).zip(groups) {
-            match self.record_decision(d, now_ms) {
-                Ok(id) => recorded.push((dg, id)),
-                Err(why) => {
-                    warn!(node_group.id = %d.group, applied_delta = d.applied_delta, error = %why, "scale-up refused: its decision could not be recorded");
-                    let reason = format!(
-                        "the decision of node group {} in the same cross-group scale-up could not be recorded: nothing was requested",
-                        d.group
-                    );
-                    self.fail_recorded(&recorded, &reason);
-                    return Err(Error::AuditUnwritable {
-                        group: g.id.clone(),
-                        nodes: decision.applied_delta,
-                        why,
-                    });
-                }
-            }
-        }
-        // The other groups' shares first: if one fails, the group CA asked for adds nothing
-        // and the shares already added are taken back, so no composite is scaled up in part.
-        let mut added: Vec<(&NodeGroupSpec, u32)> = Vec::new();
-        for (c, (spec, cb)) in companions.iter().zip(&shares) {
-            let cg = self.maybe_unreserved(spec, c);
-            let result = cb.increase(&cg, c.applied_delta).await;
-            self.observe(&cg, "increase", &result);
-            self.note_increase(&cg, &result);
-            if let Err(e) = result {
-                warn!(node_group.id = %c.group, asked = %g.id, error = %Chain(&e), "a composite's share failed: the cross-group scale-up is withdrawn");
-                self.withdraw(&added).await;
-                let reason = format!(
-                    "the backend failed the increase of node group {}: {e}",
-                    c.group
-                );
-                self.fail_recorded(&recorded, &reason);
-                return Err(e.into());
-            }
-            added.push((*spec, c.applied_delta));
-        }
-        let g = &self.maybe_unreserved(g, &decision);
-        let result = backend.increase(g, decision.applied_delta).await;
-        self.observe(g, "increase", &result);
-        self.note_increase(g, &result);
-        let new_target = match result {
-            Ok(t) => t,
-            Err(e) => {
-                self.withdraw(&added).await;
-                let reason = format!(
-                    "the backend failed the increase of node group {}: {e}",
-                    g.id
-                );
-                self.fail_recorded(&recorded, &reason);
-                return Err(e.into());
-            }
-        };
-        for d in std::iter::once(&decision).chain(&companions) {
-            self.publish_decision(d);
-            admission.record(d, now);
-        }
-        info!(node_group.id = %g.id, ca_delta = delta, applied_delta = decision.applied_delta, target = new_target, companions = companions.len(), "target size increased");
-        Ok(new_target)
     }
 
     /// Deletes the named nodes from the group, lowering its target.
