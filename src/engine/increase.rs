@@ -70,17 +70,22 @@ impl Engine {
         // Cancelled when the caller stops waiting: a call still queued then is not begun.
         let gone = tokio_util::sync::CancellationToken::new();
         let _caller = gone.clone().drop_guard();
-        let call = tokio::spawn(async move {
-            let _one_at_a_time = engine.increases.clone().lock_owned().await;
-            if gone.is_cancelled() {
-                info!(node_group.id = %echo(&group), delta, "increase not begun: its caller stopped waiting while it queued");
-                return Err(Error::Interrupted {
-                    group,
-                    why: "the caller stopped waiting before it began".into(),
-                });
-            }
-            engine.increase_now(&group, delta).await
-        });
+        // The task logs under the caller's span (the RPC's, with its group and outcome).
+        let span = tracing::Span::current();
+        let call = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let _one_at_a_time = engine.increases.clone().lock_owned().await;
+                if gone.is_cancelled() {
+                    info!(node_group.id = %echo(&group), delta, "increase not begun: its caller stopped waiting while it queued");
+                    return Err(Error::Interrupted {
+                        group,
+                        why: "the caller stopped waiting before it began".into(),
+                    });
+                }
+                engine.increase_now(&group, delta).await
+            },
+            span,
+        ));
         call.await.map_err(|e| Error::Interrupted {
             group: id.to_owned(),
             why: e.to_string(),
