@@ -42,6 +42,7 @@ use crate::model::{
     BackendSpec, Instance, InstanceError, InstanceState, KwokBackendSpec, NodeGroupId,
     NodeGroupSpec, labels,
 };
+use crate::telemetry::Chain;
 
 mod background;
 mod nodes;
@@ -235,8 +236,19 @@ impl Provisioner for KwokProvisioner {
                 Ok(())
             })
             .await?;
-        if dues.iter().any(|p| p.due_unix_ms <= now_ms()) {
-            self.materialize(group).await?;
+        // The target is committed: the call has succeeded. Nodes already due are created now
+        // where possible; a failure here is the kwok loop's to retry (it materialises every
+        // group each period), never the call's: reporting it would tell the engine that
+        // nothing was added while the target says otherwise.
+        if dues.iter().any(|p| p.due_unix_ms <= now_ms())
+            && let Err(e) = self.materialize(group).await
+        {
+            tracing::warn!(
+                node_group.id = %group.id,
+                target = record.target,
+                error = %Chain(&e),
+                "target raised; creating its due nodes failed and is retried by the kwok loop"
+            );
         }
         Ok(record.target)
     }

@@ -150,6 +150,56 @@ async fn kwok_nodes_carry_the_template_and_a_csinode_and_become_ready() {
     );
 }
 
+/// A client acting as `user`, who may do what the kwok backend does except create Nodes.
+async fn without_node_create(cluster: &Cluster, admin: &kube::Client, user: &str) -> kube::Client {
+    create_dynamic(admin, serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "kwok-without-node-create"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "update", "patch"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "delete"]},
+            {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+            {"apiGroups": ["storage.k8s.io"], "resources": ["csinodes"], "verbs": ["create"]}
+        ]
+    }))
+    .await;
+    create_dynamic(admin, serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kwok-without-node-create"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kwok-without-node-create"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))
+    .await;
+    let kc = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    config.auth_info.impersonate = Some(user.to_owned());
+    kube::Client::try_from(config).unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
+async fn an_increase_succeeds_once_its_target_is_committed_and_nodes_follow_from_the_loop() {
+    let g = kwok_group("h100", 0, 4, instant());
+    let (cluster, client, admin) = kwok_fixture("committed", &g).await;
+    let restricted = KwokProvisioner::new(
+        without_node_create(&cluster, &client, "kwok-restricted").await,
+        settings(),
+        "nvidia.com/gpu.product",
+    );
+    // The nodes are due at once, and this client may not create them: the target is
+    // committed all the same, so the call succeeds.
+    assert_eq!(restricted.increase(&g, 2).await.unwrap(), 2);
+    assert_eq!(restricted.target_size(&g).await.unwrap(), 2);
+    assert!(group_nodes(&client, "h100").await.is_empty());
+    // The loop's next pass (here one with the permission) creates them.
+    admin.materialize(&g).await.unwrap();
+    assert_eq!(group_nodes(&client, "h100").await.len(), 2);
+    assert_eq!(admin.target_size(&g).await.unwrap(), 2);
+}
+
 #[tokio::test]
 #[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
 async fn a_restarted_provider_recovers_target_and_pending_capacity_without_duplicates() {
