@@ -114,6 +114,7 @@ impl Fixture {
                 node_name: name,
                 state: InstanceState::Running,
                 error: None,
+                claim: None,
             });
         }
         Self {
@@ -179,7 +180,7 @@ impl Fixture {
                 .collect(),
         };
         for (group, instances) in &self.instances {
-            let g = group_facts(instances.clone(), &self.cluster.node_table);
+            let g = group_facts(instances.clone(), &self.cluster.node_table, false);
             facts.groups.insert(group.clone(), g);
         }
         facts

@@ -265,10 +265,8 @@ impl Engine {
         if self.audit.get().is_some() {
             self.failed_ledger().listed(g.id.as_str(), &instances);
         }
-        if let Some(admission) = &self.admission
-            && instances.iter().any(|i| i.error.is_some())
-        {
-            admission.release(g.id.as_str());
+        if let Some(admission) = &self.admission {
+            admission.release_failed(g.id.as_str(), &instances);
         }
         Ok(instances)
     }

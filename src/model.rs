@@ -18,7 +18,7 @@ pub use gang::{
     Composite, Gang, GangRef, Member, PodDemand, SelectorOperator, SelectorRequirement, Toleration,
     TolerationOperator,
 };
-pub use instance::{ErrorClass, ErrorCode, Instance, InstanceError, InstanceState};
+pub use instance::{Claim, ErrorClass, ErrorCode, Instance, InstanceError, InstanceState};
 pub use node_group::{
     AttachSimulation, AutoscalingOptionOverrides, AutoscalingOptions, BackendSpec, Capacity,
     ClusterApiBackendSpec, GpuSpec, KwokBackendSpec, MemoryBackendSpec, NodeGroupId, NodeGroupSpec,

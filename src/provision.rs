@@ -10,7 +10,7 @@ pub mod memory;
 
 use async_trait::async_trait;
 
-use crate::model::{Instance, NodeGroupId, NodeGroupSpec, echo};
+use crate::model::{Claim, Instance, NodeGroupId, NodeGroupSpec, echo};
 
 /// Provisioning errors. Every variant names the group and the numbers involved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -225,9 +225,35 @@ pub trait Provisioner: Send + Sync + 'static {
     /// Raises the target by `delta` (> 0) unless that passes `group.max_size`; returns the
     /// new target. When this returns, [`Provisioner::target_size`] reflects the increase.
     ///
+    /// A backend that [keeps claims](Provisioner::keeps_claims) stores `claims[i]` with the
+    /// `i`-th instance requested, in the same atomic step that raises the target, and lists it
+    /// in [`Instance::claim`](crate::model::Instance) from then on; instances past
+    /// `claims.len()` get none. Other backends ignore `claims`.
+    ///
     /// # Errors
     /// [`Error::AboveMax`], or [`Error::Backend`].
-    async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32>;
+    async fn increase_for(
+        &self,
+        group: &NodeGroupSpec,
+        delta: u32,
+        claims: &[Claim],
+    ) -> Result<u32>;
+
+    /// [`Provisioner::increase_for`] without claims.
+    ///
+    /// # Errors
+    /// As [`Provisioner::increase_for`].
+    async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
+        self.increase_for(group, delta, &[]).await
+    }
+
+    /// Whether this backend stores the claims [`Provisioner::increase_for`] is given and
+    /// lists them on its instances, so that nodes and failures are attributed by claim. A
+    /// backend that cannot name an instance when it is requested (Cluster API: Machines
+    /// appear later, made by the MachineSet controller) keeps none.
+    fn keeps_claims(&self) -> bool {
+        false
+    }
 
     /// Cancels `delta` (> 0) units of capacity that is not created yet; returns the new target.
     ///

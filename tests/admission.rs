@@ -18,7 +18,7 @@ use gangscaler::engine::{Engine, Error};
 use gangscaler::grpc::status;
 use gangscaler::metrics::Metrics;
 use gangscaler::model::reservation::DaemonSetDemand;
-use gangscaler::model::{GpuSpec, NodeGroupSpec, Taint, TaintEffect, quantity::Quantity};
+use gangscaler::model::{Claim, GpuSpec, NodeGroupSpec, Taint, TaintEffect, quantity::Quantity};
 use gangscaler::planner::Policy;
 use gangscaler::provision::memory::MemoryProvisioner;
 use gangscaler::provision::{NodeRef, Provisioner};
@@ -487,6 +487,62 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
     assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 1 + 2);
 }
 
+#[tokio::test]
+async fn a_failed_instance_releases_only_the_gang_it_was_requested_for() {
+    use gangscaler::audit;
+    use gangscaler::model::{BackendSpec, ErrorCode, MemoryBackendSpec, SimulatedFailure};
+    use gangscaler::scaleup::{Recorder, Timeouts};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
+    // Group a: its first two instances come up, every later one stocks out.
+    let mut a = h100(8);
+    a.id = gangscaler::model::NodeGroupId::new("h100-a");
+    a.backend = BackendSpec::Memory(MemoryBackendSpec {
+        create_delay: std::time::Duration::ZERO,
+        provision_delay: std::time::Duration::from_secs(3600),
+        failure: Some(SimulatedFailure {
+            after_instances: 2,
+            code: ErrorCode::Stockout,
+            per_million: SimulatedFailure::ALWAYS,
+        }),
+    });
+    let mut b = h100(8);
+    b.id = gangscaler::model::NodeGroupId::new("h100-b");
+    let objects = [
+        gang("first", 2, 2, 8, 0, 10, "2026-11-29T10:00:00Z"),
+        gang("second", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z"),
+    ]
+    .join("---\n");
+    let e = Arc::new(
+        engine_of(vec![a, b], &objects)
+            .await
+            .with_audit(Arc::new(recorder)),
+    );
+    // CA asks group a: both gangs are admitted whole, "first" (higher priority) first.
+    assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 4);
+    // "second"'s two instances stock out; CA sees them in its listing.
+    let listed = e.nodes("h100-a").await.unwrap();
+    let failed: Vec<_> = listed.iter().filter(|i| i.error.is_some()).collect();
+    assert_eq!(failed.len(), 2, "{listed:?}");
+    for i in &failed {
+        let claim = i.claim.as_ref().expect("claimed");
+        assert_eq!(claim.gang, Some(("ml".into(), "second".into())), "{i:?}");
+    }
+    // CA asks group b: only "second" may go there; "first"'s nodes are still in flight on a.
+    assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 2);
+    let on_b: Vec<Vec<String>> = decisions(&path)
+        .into_iter()
+        .filter(|d| d.node_group == "h100-b")
+        .map(|d| d.gangs.into_iter().map(|g| g.gang.name).collect())
+        .collect();
+    assert_eq!(
+        on_b,
+        vec![vec!["second".to_owned()]],
+        "first admitted twice"
+    );
+}
+
 /// The memory backend, but `increase` fails while `failing` is set (a cloud API outage).
 struct Flaky {
     inner: MemoryProvisioner,
@@ -543,10 +599,11 @@ impl Provisioner for Flaky {
     async fn target_size(&self, group: &NodeGroupSpec) -> gangscaler::provision::Result<u32> {
         self.inner.target_size(group).await
     }
-    async fn increase(
+    async fn increase_for(
         &self,
         group: &NodeGroupSpec,
         delta: u32,
+        claims: &[Claim],
     ) -> gangscaler::provision::Result<u32> {
         if self.failing.load(std::sync::atomic::Ordering::SeqCst)
             || self.failing_group.lock().unwrap().as_deref() == Some(group.id.as_str())
@@ -557,7 +614,10 @@ impl Provisioner for Flaky {
             self.entered.notify_one();
             self.gate.acquire().await.unwrap().forget();
         }
-        self.inner.increase(group, delta).await
+        self.inner.increase_for(group, delta, claims).await
+    }
+    fn keeps_claims(&self) -> bool {
+        self.inner.keeps_claims()
     }
     async fn decrease_target(
         &self,

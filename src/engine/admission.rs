@@ -330,6 +330,43 @@ impl Admission {
         }
     }
 
+    /// Forgets the nodes requested on `group` for the gangs whose instances failed in
+    /// `instances`, a listing of the group: a failed instance claimed for a gang releases that
+    /// gang alone, so other gangs' nodes in flight on the group stay counted; a failed
+    /// instance without a gang claim (a backend that keeps none, or one requested before
+    /// claims were kept) releases every gang of the group, as [`Self::release`].
+    pub fn release_failed(&self, group: &str, instances: &[crate::model::Instance]) {
+        let mut gangs: Vec<(&str, &str)> = Vec::new();
+        for i in instances.iter().filter(|i| i.error.is_some()) {
+            match i.claim.as_ref().and_then(|c| c.gang.as_ref()) {
+                Some((ns, name)) => gangs.push((ns, name)),
+                None => return self.release(group),
+            }
+        }
+        if gangs.is_empty() {
+            return;
+        }
+        let mut ledger = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = ledger.len();
+        ledger.retain(|g, f| {
+            f.group.as_str() != group
+                || !gangs
+                    .iter()
+                    .any(|(ns, name)| g.namespace == *ns && g.name == *name)
+        });
+        let released = before - ledger.len();
+        if released > 0 {
+            tracing::info!(
+                node_group.id = group,
+                gangs = released,
+                "instances claimed for these gangs failed: their requested nodes no longer count as in flight"
+            );
+        }
+    }
+
     /// Drops ledger entries of gangs that are no longer pending or are too old, and returns the
     /// nodes in flight for `group`'s gangs, and the gangs with nodes in flight on another
     /// group (with that group).

@@ -116,6 +116,7 @@ mod tests {
                 code: ErrorCode::Stockout,
                 message: format!("{id} stocked out"),
             }),
+            claim: None,
         }
     }
 

@@ -23,7 +23,7 @@ use super::request::positive;
 use super::{Engine, Error, Result};
 use crate::clock;
 use crate::config::Loaded;
-use crate::model::{NodeGroupSpec, echo};
+use crate::model::{Claim, NodeGroupSpec, echo};
 use crate::planner::Decision;
 use crate::provision::{self, Provisioner};
 use crate::telemetry::Chain;
@@ -115,7 +115,7 @@ impl Engine {
         let backend = self.backend(g)?;
         let Some(admission) = &self.admission else {
             self.check_leader()?;
-            let target = self.increase_one(backend.as_ref(), g, delta).await?;
+            let target = self.increase_one(backend.as_ref(), g, delta, &[]).await?;
             info!(node_group.id = %g.id, delta, target, "target size increased");
             return Ok(target);
         };
@@ -255,9 +255,15 @@ impl Engine {
         recorded: &Recorded<'_>,
     ) -> Result<u32> {
         let mut added: Vec<(&NodeGroupSpec, u32)> = Vec::new();
-        for (c, (spec, cb)) in plan.companions.iter().zip(&plan.shares) {
+        let ids = recorded.iter().map(|(_, id)| id.as_deref());
+        let mut claims = plan.decisions().zip(ids).map(|(d, id)| claims(d, id));
+        let own_claims = claims.next().unwrap_or_default();
+        for ((c, (spec, cb)), c_claims) in plan.companions.iter().zip(&plan.shares).zip(claims) {
             let cg = self.maybe_unreserved(spec, c);
-            if let Err(e) = self.increase_one(cb.as_ref(), &cg, c.applied_delta).await {
+            if let Err(e) = self
+                .increase_one(cb.as_ref(), &cg, c.applied_delta, &c_claims)
+                .await
+            {
                 warn!(node_group.id = %c.group, asked = %g.id, error = %Chain(&e), "a composite's share failed: the cross-group scale-up is withdrawn");
                 return Err(self.undo(&added, recorded, &c.group, e).await);
             }
@@ -265,7 +271,7 @@ impl Engine {
         }
         let own = self.maybe_unreserved(g, &plan.decision);
         match self
-            .increase_one(backend, &own, plan.decision.applied_delta)
+            .increase_one(backend, &own, plan.decision.applied_delta, &own_claims)
             .await
         {
             Ok(target) => Ok(target),
@@ -296,18 +302,48 @@ impl Engine {
         }
     }
 
-    /// One backend increase, observed in the metrics and the target-above-max check.
+    /// One backend increase with the claims of its instances, observed in the metrics and
+    /// the target-above-max check.
     async fn increase_one(
         &self,
         backend: &dyn Provisioner,
         g: &NodeGroupSpec,
         delta: u32,
+        claims: &[Claim],
     ) -> provision::Result<u32> {
-        let result = backend.increase(g, delta).await;
+        let result = backend.increase_for(g, delta, claims).await;
         self.observe(g, "increase", &result);
         self.note_increase(g, &result);
         result
     }
+}
+
+/// The claims of the instances `decision` requests under its recorded scale-up `id`: each
+/// admitted gang's nodes claimed for that gang, in the order the decision lists them, and any
+/// nodes past theirs (pods outside gangs) for the scale-up alone. None without a scale-up id
+/// (no audit log): there is nothing to attribute to.
+fn claims(decision: &Decision, id: Option<&str>) -> Vec<Claim> {
+    let Some(id) = id else {
+        return Vec::new();
+    };
+    let mut out: Vec<Claim> = decision
+        .admitted
+        .iter()
+        .flat_map(|a| {
+            let claim = Claim::for_gang(id, &a.gang.namespace, &a.gang.name);
+            std::iter::repeat_n(claim, a.nodes as usize)
+        })
+        .take(decision.applied_delta as usize)
+        .collect();
+    let rest = (decision.applied_delta as usize).saturating_sub(out.len());
+    out.extend(std::iter::repeat_n(
+        Claim {
+            scale_up: id.to_owned(),
+            gang: None,
+        },
+        rest,
+    ));
+    out
 }
 
 /// The answer for a cluster view that cannot be decided from.

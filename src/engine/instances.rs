@@ -24,6 +24,14 @@ impl InstanceSource for Engine {
         Ok(instances)
     }
 
+    /// Whether the group's backend keeps claims; false for a group no longer configured.
+    fn keeps_claims(&self, group: &str) -> bool {
+        self.group(group)
+            .ok()
+            .and_then(|(cfg, idx)| self.backend(&cfg.groups[idx]).ok())
+            .is_some_and(|b| b.keeps_claims())
+    }
+
     /// The configured settings, with reservation off for every group a DaemonSet keeps it
     /// off for (see the private `Engine::reservation_off`).
     fn reservations(&self) -> BTreeMap<String, crate::model::ReservationSpec> {

@@ -345,6 +345,7 @@ mod tests {
                 code: ErrorCode::QuotaExceeded,
                 message: "quota".into(),
             }),
+            claim: None,
         };
         let wire = instance(&i);
         let status = wire.status.unwrap();

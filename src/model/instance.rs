@@ -103,4 +103,64 @@ pub struct Instance {
     pub state: InstanceState,
     /// Set when creation failed (state is then `Creating`, as CA expects).
     pub error: Option<InstanceError>,
+    /// What the instance was requested for, when its backend keeps claims (see [`Claim`]);
+    /// `None` for instances requested without one or by a backend that keeps none.
+    pub claim: Option<Claim>,
 }
+
+/// What an instance was requested for: the scale-up that asked for it and, when that
+/// scale-up admitted gangs, the gang among them. A backend that keeps claims stores each with
+/// its instance in the same atomic step that raises the target, so that nodes and failures are
+/// attributed to the scale-up and gang they were requested for, also after a restart.
+///
+/// Its text form ([`fmt::Display`], [`Claim::parse`]) is `<scale-up>` or
+/// `<scale-up>/<namespace>/<gang name>`; a scale-up id contains no `/`, a gang name may.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Claim {
+    /// The scale-up id (`su-…`).
+    pub scale_up: String,
+    /// The gang's `(namespace, name)`, when the scale-up was for gangs.
+    pub gang: Option<(String, String)>,
+}
+
+impl Claim {
+    /// A claim for `gang` (namespace, name) of `scale_up`.
+    pub fn for_gang(scale_up: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            scale_up: scale_up.to_owned(),
+            gang: Some((namespace.to_owned(), name.to_owned())),
+        }
+    }
+
+    /// Parses the text form; `None` for an empty scale-up id, or a gang part without a
+    /// namespace or a name.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (scale_up, gang) = match s.split_once('/') {
+            None => (s, None),
+            Some((id, rest)) => {
+                let (ns, name) = rest.split_once('/')?;
+                if ns.is_empty() || name.is_empty() {
+                    return None;
+                }
+                (id, Some((ns.to_owned(), name.to_owned())))
+            }
+        };
+        (!scale_up.is_empty()).then(|| Self {
+            scale_up: scale_up.to_owned(),
+            gang,
+        })
+    }
+}
+
+impl fmt::Display for Claim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.scale_up)?;
+        if let Some((ns, name)) = &self.gang {
+            write!(f, "/{ns}/{name}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -32,6 +32,9 @@ pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-do
 /// Our marker next to [`SCALE_DOWN_DISABLED`]: the scale-up a node is protected for, so that
 /// gangscaler only ever removes the protection it set.
 pub const SCALE_DOWN_PROTECTED_FOR: &str = "gangscaler.io/scale-down-protected-for";
+/// Annotation on a node a backend created for a [`Claim`](super::Claim): the claim's text
+/// form, the scale-up (and gang) the node was requested for.
+pub const REQUESTED_FOR: &str = "gangscaler.io/requested-for";
 
 /// Default GPU extended-resource name (NVIDIA device plugin).
 pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";

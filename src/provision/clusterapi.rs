@@ -33,7 +33,7 @@ use super::capi_types::{
 };
 use super::{Error, NodeRef, Provisioner, Result, kube_error};
 use crate::model::{
-    BackendSpec, ClusterApiBackendSpec, Instance, InstanceState, NodeGroupId, NodeGroupSpec,
+    BackendSpec, Claim, ClusterApiBackendSpec, Instance, InstanceState, NodeGroupId, NodeGroupSpec,
 };
 use crate::telemetry::Chain;
 
@@ -381,7 +381,14 @@ impl Provisioner for ClusterApiProvisioner {
         self.read_scale(group).await.map(|(r, _)| r)
     }
 
-    async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
+    /// Claims are not kept: a Machine is made by the MachineSet controller after the
+    /// replicas change, so no instance can be named when it is requested.
+    async fn increase_for(
+        &self,
+        group: &NodeGroupSpec,
+        delta: u32,
+        _claims: &[Claim],
+    ) -> Result<u32> {
         self.rescale(group, |current| {
             let next = current.saturating_add(delta);
             if next > group.max_size {

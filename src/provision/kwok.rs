@@ -39,7 +39,7 @@ use super::{Error, NodeRef, Provisioner, Result};
 use crate::cluster::is_node_ready;
 use crate::config::KubernetesSettings;
 use crate::model::{
-    BackendSpec, Instance, InstanceError, InstanceState, KwokBackendSpec, NodeGroupId,
+    BackendSpec, Claim, Instance, InstanceError, InstanceState, KwokBackendSpec, NodeGroupId,
     NodeGroupSpec, labels,
 };
 use crate::telemetry::Chain;
@@ -212,14 +212,26 @@ impl Provisioner for KwokProvisioner {
         }
     }
 
-    async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
+    fn keeps_claims(&self) -> bool {
+        true
+    }
+
+    async fn increase_for(
+        &self,
+        group: &NodeGroupSpec,
+        delta: u32,
+        claims: &[Claim],
+    ) -> Result<u32> {
         // A delta past the maximum is refused below whatever the target; computing its due
         // times first would allocate one entry per requested node (up to 2^31).
-        let dues = if delta <= group.max_size {
+        let mut dues = if delta <= group.max_size {
             state::pending_nodes(group, delta)
         } else {
             Vec::new()
         };
+        for (due, claim) in dues.iter_mut().zip(claims) {
+            due.claim = Some(claim.to_string());
+        }
         let (record, ()) = self
             .update(group, |r| {
                 let new = r.target.saturating_add(delta);
@@ -409,11 +421,18 @@ impl KwokProvisioner {
                     } else {
                         InstanceState::Creating
                     };
+                let claim = n
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(labels::REQUESTED_FOR))
+                    .and_then(|c| Claim::parse(c));
                 Some(Instance {
                     id: provider_id(&group.id, &name),
                     node_name: name,
                     state,
                     error: None,
+                    claim,
                 })
             })
             .collect();
@@ -425,6 +444,7 @@ impl KwokProvisioner {
                 code: f.code,
                 message: f.message.clone(),
             }),
+            claim: f.claim.as_deref().and_then(Claim::parse),
         }));
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok((writes, record.target, out))

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::{Error, NodeRef, Provisioner, Result};
 use crate::model::{
-    BackendSpec, Instance, InstanceError, InstanceState, MemoryBackendSpec, NodeGroupId,
+    BackendSpec, Claim, Instance, InstanceError, InstanceState, MemoryBackendSpec, NodeGroupId,
     NodeGroupSpec,
 };
 
@@ -24,12 +24,13 @@ struct MemInstance {
     node_name: String,
     created_at: Instant,
     error: Option<InstanceError>,
+    claim: Option<Claim>,
 }
 
 #[derive(Debug, Default)]
 struct GroupState {
-    /// Request times of capacity not created yet, oldest first.
-    pending: VecDeque<Instant>,
+    /// Request times (and claims) of capacity not created yet, oldest first.
+    pending: VecDeque<(Instant, Option<Claim>)>,
     instances: Vec<MemInstance>,
     /// Instances ever created, for failure injection.
     created_total: u32,
@@ -77,7 +78,7 @@ impl State {
             let settings = settings(group);
             let started = now.checked_sub(settings.provision_delay).unwrap_or(now);
             for _ in 0..group.min_size {
-                let inst = new_instance(&group.id, &mut g, started, None);
+                let inst = new_instance(&group.id, &mut g, started, None, None);
                 self.by_provider_id
                     .insert(inst.id.clone(), group.id.clone());
                 self.by_name
@@ -97,12 +98,12 @@ impl State {
         let Some(g) = self.groups.get_mut(&group.id) else {
             return;
         };
-        while let Some(&requested) = g.pending.front() {
+        while let Some(&(requested, _)) = g.pending.front() {
             let created_at = requested + settings.create_delay;
             if created_at > now {
                 break;
             }
-            g.pending.pop_front();
+            let claim = g.pending.pop_front().and_then(|(_, claim)| claim);
             let next_name = format!("{}-{:05}", group.id, g.seq + 1);
             let error = settings.failure.as_ref().and_then(|f| {
                 (g.created_total >= f.after_instances && f.fails(&next_name)).then(|| {
@@ -115,7 +116,7 @@ impl State {
                     }
                 })
             });
-            let inst = new_instance(&group.id, g, created_at, error);
+            let inst = new_instance(&group.id, g, created_at, error, claim);
             self.by_provider_id
                 .insert(inst.id.clone(), group.id.clone());
             self.by_name
@@ -130,6 +131,7 @@ fn new_instance(
     g: &mut GroupState,
     created_at: Instant,
     error: Option<InstanceError>,
+    claim: Option<Claim>,
 ) -> MemInstance {
     g.seq += 1;
     g.created_total = g.created_total.saturating_add(1);
@@ -140,6 +142,7 @@ fn new_instance(
         node_name,
         created_at,
         error,
+        claim,
     }
 }
 
@@ -179,7 +182,16 @@ impl Provisioner for MemoryProvisioner {
         self.with_state(|s| s.ensure(group, now).target())
     }
 
-    async fn increase(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
+    fn keeps_claims(&self) -> bool {
+        true
+    }
+
+    async fn increase_for(
+        &self,
+        group: &NodeGroupSpec,
+        delta: u32,
+        claims: &[Claim],
+    ) -> Result<u32> {
         let now = crate::clock::mono();
         self.with_state(|s| {
             let g = s.ensure(group, now);
@@ -193,7 +205,9 @@ impl Provisioner for MemoryProvisioner {
                     max: group.max_size,
                 });
             }
-            g.pending.extend(std::iter::repeat_n(now, delta as usize));
+            let mut claims = claims.iter();
+            g.pending
+                .extend((0..delta).map(|_| (now, claims.next().cloned())));
             s.advance(group, now);
             Ok(new)
         })?
@@ -293,6 +307,7 @@ impl Provisioner for MemoryProvisioner {
                         InstanceState::Creating
                     },
                     error: i.error.clone(),
+                    claim: i.claim.clone(),
                 })
                 .collect()
         })

@@ -3,13 +3,19 @@
 //! and instances of the node groups, gang progress) at one instant and passes them in.
 //! Depends on `audit`'s record types and [`progress`](mod@super::progress)'s types only.
 //!
-//! **Which nodes are a scale-up's.** Nodes carry no scale-up id, so they are attributed first
-//! come, first served: per node group, open scale-ups in request order each take the oldest
-//! not yet taken nodes registered no earlier than their request (to the second), up to the
-//! number of nodes they added; instances the backend lists that have not registered yet, and
-//! then failed instances, are shared out the same way. Two scale-ups of one group in flight at
-//! once may thus swap nodes, which changes no outcome of a gang: gang phases and outcomes come
-//! from the gang itself.
+//! **Which nodes are a scale-up's.** Where the group's backend keeps claims (memory, kwok:
+//! [`GroupFacts::by_claim`]), by claim: a scale-up's nodes, pending and failed instances are
+//! the ones claimed for it, and a gang lifecycle's the ones claimed for its gang (its phase
+//! counts them against the gang's own node count, and only its own failed instances end it
+//! `provisionFailed`). Instances without a claim there count for no scale-up.
+//!
+//! Elsewhere (Cluster API: a Machine cannot be named when it is requested) nodes carry no
+//! scale-up id, so they are attributed first come, first served: per node group, open
+//! scale-ups in request order each take the oldest not yet taken nodes registered no earlier
+//! than their request (to the second), up to the number of nodes they added; instances the
+//! backend lists that have not registered yet, and then failed instances, are shared out the
+//! same way. Two scale-ups of one group in flight at once may thus swap nodes, which changes
+//! no outcome of a gang: gang phases and outcomes come from the gang itself.
 //!
 //! **Gang lifecycles.** The phase is the later of what its scale-up's nodes and its gang show:
 //! `gangFormed` when [`GangProgress::formed`], `volumesAttached` when, in addition, every
@@ -22,9 +28,10 @@
 use std::collections::BTreeMap;
 
 pub use super::progress::GroupFacts;
-use super::progress::{GangProgress, NodeProgress};
+use super::progress::{Claimed, GangProgress, NodeProgress};
 use super::track::{Key, Observation, Open};
 use crate::audit::{Outcome, Phase};
+use crate::model::Claim;
 
 /// Everything [`observe`] reads, gathered at one instant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,9 +62,45 @@ pub fn observe(open: &[Open], facts: &Facts) -> BTreeMap<Key, Observation> {
     open.iter()
         .filter_map(|o| {
             let share = shares.get(&o.scale_up_id)?;
-            Some((o.key(), observe_one(o, share, facts)))
+            let observation = match gang_share(o, facts) {
+                Some(own) => observe_one(o, o.gang_nodes, &own, facts),
+                None => observe_one(o, o.nodes, share, facts),
+            };
+            Some((o.key(), observation))
         })
         .collect()
+}
+
+/// What was claimed for `open`'s gang alone, when its group attributes by claim and the
+/// lifecycle knows its gang's node count.
+fn gang_share<'a>(open: &Open, facts: &'a Facts) -> Option<Share<'a>> {
+    let g = facts.groups.get(&open.node_group)?;
+    let gang = open
+        .gang
+        .as_ref()
+        .filter(|_| g.by_claim && open.gang_nodes > 0)?;
+    let claim = Claim::for_gang(&open.scale_up_id, &gang.namespace, &gang.name);
+    Some(claimed_share(g.claimed.get(&claim).into_iter()))
+}
+
+/// One share of the instances of `claims`: their nodes oldest first, then their pending and
+/// failed instances.
+fn claimed_share<'a>(claims: impl Iterator<Item = &'a Claimed>) -> Share<'a> {
+    let mut share = Share::default();
+    let mut nodes: Vec<&NodeProgress> = Vec::new();
+    for c in claims {
+        nodes.extend(&c.nodes);
+        share.created = share.created.saturating_add(c.pending);
+        share.failed.extend(c.failed.iter().cloned());
+    }
+    nodes.sort_by(|a, b| (a.created_unix, &a.name).cmp(&(b.created_unix, &b.name)));
+    for node in nodes {
+        share.nodes.push(&node.name);
+        share.registered += 1;
+        share.ready += u32::from(node.ready);
+    }
+    share.created = share.created.saturating_add(share.registered);
+    share
 }
 
 /// The registered nodes each open scale-up got (see the module docs), by scale-up id; a
@@ -94,6 +137,17 @@ fn attribute<'a>(open: &[Open], facts: &'a Facts) -> BTreeMap<String, Share<'a>>
         let Some(g) = facts.groups.get(group) else {
             continue;
         };
+        if g.by_claim {
+            for (_, id, _) in list {
+                let claims = g
+                    .claimed
+                    .iter()
+                    .filter(|(c, _)| c.scale_up == id)
+                    .map(|(_, c)| c);
+                shares.insert(id.to_owned(), claimed_share(claims));
+            }
+            continue;
+        }
         let mut nodes: Vec<&NodeProgress> = g.nodes.iter().collect();
         nodes.sort_by(|a, b| (a.created_unix, &a.name).cmp(&(b.created_unix, &b.name)));
         let mut taken = vec![false; nodes.len()];
@@ -139,8 +193,9 @@ fn node_phase(n: u32, share: &Share<'_>) -> Phase {
     }
 }
 
-fn observe_one(open: &Open, share: &Share<'_>, facts: &Facts) -> Observation {
-    let n = open.nodes;
+/// The observation of `open` from `share`, the instances attributed to it, against the `n`
+/// nodes it stands for.
+fn observe_one(open: &Open, n: u32, share: &Share<'_>, facts: &Facts) -> Observation {
     let nodes = node_phase(n, share);
     let node_detail = format!("{}/{n} nodes ready", share.ready);
     let provision_failed = (!share.failed.is_empty()).then(|| {

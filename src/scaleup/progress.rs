@@ -16,7 +16,7 @@ use super::track::Open;
 use crate::cluster::{
     GangIndex, GangView, NodeSummary, NodeTable, ObjectSet, attachable_claims, gang_name, link,
 };
-use crate::model::{Gang, GangRef, Instance, InstanceState};
+use crate::model::{Claim, Gang, GangRef, Instance, InstanceState};
 
 /// One node of a node group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -337,30 +337,68 @@ fn disrupted_members(objects: &ObjectSet) -> BTreeMap<(&str, String), BTreeSet<S
 /// One node group's instances, as the backend and the API server show them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupFacts {
-    /// The group's registered nodes.
+    /// The group's registered nodes (without a claim, when [`Self::by_claim`]).
     pub nodes: Vec<NodeProgress>,
-    /// Instances the backend lists that are neither failed nor registered as nodes yet.
+    /// Instances the backend lists that are neither failed nor registered as nodes yet
+    /// (without a claim, when [`Self::by_claim`]).
     pub pending: u32,
-    /// Failed instances, one description each (`<instance>: <code>: <message>`).
+    /// Failed instances, one description each (`<instance>: <code>: <message>`; without a
+    /// claim, when [`Self::by_claim`]).
     pub failed: Vec<String>,
+    /// The group's backend keeps claims ([`crate::provision::Provisioner::keeps_claims`]):
+    /// its instances are attributed by [`Self::claimed`] alone, and the ones without a claim
+    /// (requested before claims were kept, or without an audit log) to no scale-up.
+    pub by_claim: bool,
+    /// With [`Self::by_claim`], the instances of each claim.
+    pub claimed: BTreeMap<Claim, Claimed>,
+}
+
+/// The instances of one claim, split as [`GroupFacts`] splits a group's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claimed {
+    /// Registered nodes.
+    pub nodes: Vec<NodeProgress>,
+    /// Instances neither failed nor registered yet.
+    pub pending: u32,
+    /// Failed instances, one description each.
+    pub failed: Vec<String>,
+}
+
+impl Claimed {
+    /// Files instance `i` under its nodes, pending or failed instances; an instance being
+    /// deleted that has no node is none of them.
+    fn add(&mut self, i: Instance, nodes: &NodeTable) {
+        if let Some(e) = &i.error {
+            self.failed
+                .push(format!("{}: {}: {}", i.node_name, e.code, e.message));
+        } else if let Some(node) = nodes.get(&i.node_name) {
+            self.nodes.extend(NodeProgress::of(i.node_name, node));
+        } else if i.state != InstanceState::Deleting {
+            self.pending += 1;
+        }
+    }
 }
 
 /// A node group's facts from its `instances`, as its backend lists them, and the
 /// [`NodeTable`]: failed instances, registered nodes, and instances neither failed nor
-/// registered yet (pending). An instance being deleted that has no node is neither.
-pub fn group_facts(instances: Vec<Instance>, nodes: &NodeTable) -> GroupFacts {
-    let mut g = GroupFacts::default();
-    for i in instances {
-        if let Some(e) = &i.error {
-            g.failed
-                .push(format!("{}: {}: {}", i.node_name, e.code, e.message));
-        } else if let Some(node) = nodes.get(&i.node_name) {
-            g.nodes.extend(NodeProgress::of(i.node_name, node));
-        } else if i.state != InstanceState::Deleting {
-            g.pending += 1;
+/// registered yet (pending). An instance being deleted that has no node is neither. With
+/// `by_claim` (the backend keeps claims) each claimed instance is filed under its claim.
+pub fn group_facts(instances: Vec<Instance>, nodes: &NodeTable, by_claim: bool) -> GroupFacts {
+    let mut unclaimed = Claimed::default();
+    let mut claimed: BTreeMap<Claim, Claimed> = BTreeMap::new();
+    for mut i in instances {
+        match i.claim.take().filter(|_| by_claim) {
+            Some(claim) => claimed.entry(claim).or_default().add(i, nodes),
+            None => unclaimed.add(i, nodes),
         }
     }
-    g
+    GroupFacts {
+        nodes: unclaimed.nodes,
+        pending: unclaimed.pending,
+        failed: unclaimed.failed,
+        by_claim,
+        claimed,
+    }
 }
 
 /// A Node as the lifecycle tracker sees it: name, registration time and readiness. A node

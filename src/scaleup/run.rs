@@ -80,6 +80,12 @@ pub trait InstanceSource: Send + Sync {
     /// [`InstancesError::Backend`].
     async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError>;
 
+    /// Whether `group`'s backend keeps the claims of its instances, so that they are
+    /// attributed by claim (see [`observe`](mod@super::observe)). None by default.
+    fn keeps_claims(&self, _group: &str) -> bool {
+        false
+    }
+
     /// Every configured node group's reservation settings, by id (the live configuration's).
     /// None by default: a source without node groups reserves nothing.
     fn reservations(&self) -> BTreeMap<String, ReservationSpec> {
@@ -268,9 +274,9 @@ impl Loop {
         for group in groups {
             match self.instances.instances(group).await {
                 Ok(instances) => {
-                    let g = self
-                        .view
-                        .with_node_table(|nodes| group_facts(instances, nodes));
+                    let g = self.view.with_node_table(|nodes| {
+                        group_facts(instances, nodes, self.instances.keeps_claims(group))
+                    });
                     facts.groups.insert(group.to_owned(), g);
                 }
                 Err(InstancesError::GroupNotFound(_)) => {

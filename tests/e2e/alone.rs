@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use gangscaler::config::KubernetesSettings;
 use gangscaler::model::{
-    AttachSimulation, BackendSpec, ErrorCode, GpuSpec, InstanceState, KwokBackendSpec,
+    AttachSimulation, BackendSpec, Claim, ErrorCode, GpuSpec, InstanceState, KwokBackendSpec,
     NodeGroupSpec, SimulatedFailure, Taint, TaintEffect, quantity::Quantity,
 };
 use gangscaler::proto::cloud_provider_client::CloudProviderClient;
@@ -362,6 +362,59 @@ async fn a_stockout_reports_failed_instances_that_delete_removes() {
             .unwrap()
             .iter()
             .all(|i| i.error.is_none())
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
+async fn each_instance_keeps_its_claim_on_its_node_or_failure_across_a_restart() {
+    let spec = KwokBackendSpec {
+        failure: Some(SimulatedFailure {
+            after_instances: 1,
+            code: ErrorCode::Stockout,
+            per_million: SimulatedFailure::ALWAYS,
+        }),
+        ..instant()
+    };
+    let g = kwok_group("claimed", 0, 5, spec);
+    let (cluster, client, p) = kwok_fixture("claims", &g).await;
+    assert!(p.keeps_claims());
+    let a = Claim::for_gang("su-1-1", "ml", "a");
+    let b = Claim::for_gang("su-1-1", "ml", "b");
+    // Three instances: the first for gang a (it comes up), two for gang b (they stock out),
+    // and a fourth without a claim.
+    p.increase_for(&g, 3, &[a.clone(), b.clone(), b.clone()])
+        .await
+        .unwrap();
+    p.increase(&g, 1).await.unwrap();
+    let nodes = group_nodes(&client, "claimed").await;
+    assert_eq!(nodes.len(), 1, "one node; the rest stocked out");
+    let annotation = nodes[0]
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(gangscaler::model::labels::REQUESTED_FOR))
+        .cloned();
+    assert_eq!(annotation.as_deref(), Some("su-1-1/ml/a"));
+    drop(p);
+    // A restarted provider reads every claim back from the cluster.
+    let restarted = provisioner(&cluster).await;
+    let mut claims: Vec<(bool, Option<Claim>)> = restarted
+        .instances(&g)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| (i.error.is_some(), i.claim))
+        .collect();
+    claims.sort();
+    assert_eq!(
+        claims,
+        vec![
+            (false, Some(a)),
+            (true, None),
+            (true, Some(b.clone())),
+            (true, Some(b)),
+        ]
     );
 }
 

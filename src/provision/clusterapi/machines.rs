@@ -75,6 +75,7 @@ pub fn instance_of(machine: &Machine) -> Instance {
         node_name,
         state,
         error,
+        claim: None,
     }
 }
 

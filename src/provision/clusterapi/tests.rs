@@ -242,6 +242,7 @@ fn the_index_replaces_a_groups_entries_and_keeps_the_others() {
         node_name: node.into(),
         state: InstanceState::Running,
         error: None,
+        claim: None,
     };
     ix.replace(&a, &[inst("p://1", "n1"), inst("p://2", "n2")]);
     ix.replace(&b, &[inst("p://3", "n3")]);

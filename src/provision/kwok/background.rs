@@ -115,6 +115,7 @@ impl KwokProvisioner {
                             let p = r.pending.remove(pos);
                             r.created = r.created.saturating_add(1);
                             let failed = FailedNode {
+                                claim: p.claim,
                                 name: p.name,
                                 code: f.code,
                                 message: format!(
@@ -137,7 +138,8 @@ impl KwokProvisioner {
                 }
                 Some(None) => {}
             }
-            self.create_node(group, &due.name).await?;
+            self.create_node(group, &due.name, due.claim.as_deref())
+                .await?;
             (latest, ()) = self
                 .update(group, |r| {
                     if let Some(pos) = r.pending.iter().position(|p| p.name == due.name) {

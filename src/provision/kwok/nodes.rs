@@ -114,8 +114,19 @@ impl KwokProvisioner {
     /// condition yet is schedulable at once (the node lifecycle controller lifts the not-ready
     /// taint of a node without conditions), so a Node usable before its CSINode could take
     /// more volumes than the limit allows.
-    pub(super) async fn create_node(&self, group: &NodeGroupSpec, name: &str) -> Result<()> {
+    pub(super) async fn create_node(
+        &self,
+        group: &NodeGroupSpec,
+        name: &str,
+        claim: Option<&str>,
+    ) -> Result<()> {
         let mut node = self.node_object(group, name)?;
+        if let Some(claim) = claim {
+            node.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(labels::REQUESTED_FOR.to_owned(), claim.to_owned());
+        }
         // Reserved from registration: no pod lands before the lifecycle loop assigns the node
         // to the gang it was added for (or releases it).
         if group.reservation.enabled

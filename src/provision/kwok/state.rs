@@ -24,6 +24,10 @@ use crate::telemetry::Chain;
 pub(super) struct PendingNode {
     pub(super) name: String,
     pub(super) due_unix_ms: u64,
+    /// What the node was requested for ([`crate::model::Claim`]'s text form); absent in
+    /// records written before claims were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) claim: Option<String>,
 }
 
 /// A simulated failed instance.
@@ -33,6 +37,9 @@ pub(super) struct FailedNode {
     pub(super) name: String,
     pub(super) code: ErrorCode,
     pub(super) message: String,
+    /// The claim of the pending node that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) claim: Option<String>,
 }
 
 /// One group's durable state, stored as JSON under the group id in the state ConfigMap.
@@ -274,6 +281,7 @@ pub(super) fn pending_nodes(group: &NodeGroupSpec, n: u32) -> Vec<PendingNode> {
             PendingNode {
                 due_unix_ms: spec(group).due_at(now, i, &name),
                 name,
+                claim: None,
             }
         })
         .collect()

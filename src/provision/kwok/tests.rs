@@ -19,6 +19,7 @@ fn instance(node: &str) -> Instance {
         node_name: node.into(),
         state: InstanceState::Running,
         error: None,
+        claim: None,
     }
 }
 
@@ -126,11 +127,13 @@ fn group_records_round_trip_through_json_and_tolerate_missing_lists() {
         pending: vec![PendingNode {
             name: "g-aaaaa".into(),
             due_unix_ms: 5,
+            claim: Some("su-1-1/ns/train".into()),
         }],
         failed: vec![FailedNode {
             name: "g-bbbbb".into(),
             code: ErrorCode::Stockout,
             message: "m".into(),
+            claim: None,
         }],
         deleting: vec![],
     };
@@ -303,7 +306,7 @@ async fn create_csi_limited_node_with(
     g.backend = BackendSpec::Kwok(spec(&g));
     g.reservation = reservation;
 
-    p.create_node(&g, "g-aaaaa").await.unwrap();
+    p.create_node(&g, "g-aaaaa", None).await.unwrap();
     state
 }
 

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::model::{ErrorCode, SimulatedFailure};
+use crate::model::{Claim, ErrorCode, SimulatedFailure};
 
 fn group(min: u32, max: u32, backend: MemoryBackendSpec) -> NodeGroupSpec {
     NodeGroupSpec {
@@ -211,4 +211,39 @@ async fn lookup_finds_instances_by_provider_id_then_by_name() {
         name: "ip-10-0-0-1".into(),
     };
     assert_eq!(p.lookup(&unknown).await.unwrap(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn instances_carry_the_claims_they_were_requested_with_also_when_they_fail() {
+    let p = MemoryProvisioner::new();
+    assert!(p.keeps_claims());
+    let mut spec = delays(10, 0);
+    spec.failure = Some(SimulatedFailure {
+        after_instances: 1,
+        code: ErrorCode::Stockout,
+        per_million: SimulatedFailure::ALWAYS,
+    });
+    let g = group(0, 5, spec);
+    let a = Claim::for_gang("su-1-1", "ml", "a");
+    let b = Claim::for_gang("su-1-1", "ml", "b");
+    assert_eq!(
+        p.increase_for(&g, 3, &[a.clone(), b.clone()])
+            .await
+            .unwrap(),
+        3
+    );
+    assert!(p.instances(&g).await.unwrap().is_empty(), "not created yet");
+    tokio::time::advance(Duration::from_secs(11)).await;
+    let listed: Vec<(bool, Option<Claim>)> = p
+        .instances(&g)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| (i.error.is_some(), i.claim))
+        .collect();
+    assert_eq!(
+        listed,
+        [(false, Some(a)), (true, Some(b)), (true, None)],
+        "in request order; the third was requested without a claim"
+    );
 }

@@ -33,6 +33,7 @@ fn group(nodes: Vec<NodeProgress>, pending: u32, failed: &[&str]) -> Facts {
             nodes,
             pending,
             failed: failed.iter().map(|s| (*s).to_owned()).collect(),
+            ..GroupFacts::default()
         },
     );
     f
@@ -331,4 +332,126 @@ fn timeouts_end_lifecycles_the_cluster_never_finishes() {
             (late, "attachFailed".to_owned())
         ]
     );
+}
+
+/// `f` with its group's instances filed by claim, as a backend that keeps claims lists them.
+fn claimed(mut f: Facts, by: &[(Claim, Claimed)]) -> Facts {
+    let g = f.groups.get_mut("h100").expect("the group");
+    g.by_claim = true;
+    g.claimed = by.iter().cloned().collect();
+    f
+}
+
+fn claim(id: &str, gang: &str) -> Claim {
+    Claim::for_gang(id, "ml", gang)
+}
+
+fn gang_open(id: &str, at_ms: i64, nodes: u32, gang: &str, gang_nodes: u32) -> Open {
+    Open {
+        gang_nodes,
+        ..open(id, at_ms, nodes, Some(gang))
+    }
+}
+
+#[test]
+fn a_failure_claimed_for_a_later_gang_is_charged_to_it_not_to_the_oldest_short_scale_up() {
+    let first = gang_open("s1", 100_000, 2, "a", 2);
+    let second = gang_open("s2", 101_000, 2, "b", 2);
+    let gangs = |f| {
+        with_gang(
+            with_gang(f, "a", gang(2, 0, 0, 0, 0)),
+            "b",
+            gang(2, 0, 0, 0, 0),
+        )
+    };
+    // s2's first node registered and its second stocked out; s1's nodes are still being
+    // created (kwok lists no instance before its Node exists).
+    let failure = "h100-x: stockout: no capacity";
+    let flat = gangs(group(vec![node("h100-y", 102, true)], 0, &[failure]));
+    // Without claims (a backend that keeps none), the failure goes to the oldest scale-up
+    // that is short, and the registered node to the oldest too.
+    let obs = observe(&[first.clone(), second.clone()], &flat);
+    assert_eq!(
+        obs[&first.key()].outcome.as_ref().map(|o| o.0),
+        Some(Outcome::ProvisionFailed)
+    );
+    // By claim, each is its own gang's.
+    let by_claim = claimed(
+        gangs(group(vec![], 0, &[])),
+        &[(
+            claim("s2", "b"),
+            Claimed {
+                nodes: vec![node("h100-y", 102, true)],
+                pending: 0,
+                failed: vec![failure.to_owned()],
+            },
+        )],
+    );
+    let obs = observe(&[first.clone(), second.clone()], &by_claim);
+    assert_eq!(obs[&first.key()].outcome, None, "{:?}", obs[&first.key()]);
+    assert_eq!(obs[&first.key()].phase, Phase::Requested);
+    let (outcome, detail) = obs[&second.key()].outcome.clone().expect("an outcome");
+    assert_eq!(outcome, Outcome::ProvisionFailed);
+    assert!(detail.contains("h100-x"), "{detail}");
+    assert_eq!(
+        attributed_nodes(&[first, second], &by_claim)["s2"],
+        ["h100-y"]
+    );
+}
+
+#[test]
+fn each_gang_of_one_scale_up_counts_the_nodes_claimed_for_it() {
+    let a = gang_open("s", 100_000, 4, "a", 2);
+    let b = gang_open("s", 100_000, 4, "b", 2);
+    let gangs = with_gang(
+        with_gang(group(vec![], 0, &[]), "a", gang(2, 0, 0, 0, 0)),
+        "b",
+        gang(2, 0, 0, 0, 0),
+    );
+    let f = claimed(
+        gangs,
+        &[
+            (
+                claim("s", "a"),
+                Claimed {
+                    nodes: vec![node("n1", 101, true), node("n2", 101, true)],
+                    ..Claimed::default()
+                },
+            ),
+            (
+                claim("s", "b"),
+                Claimed {
+                    pending: 2,
+                    ..Claimed::default()
+                },
+            ),
+        ],
+    );
+    let obs = observe(&[a.clone(), b.clone()], &f);
+    assert_eq!(
+        obs[&a.key()].phase,
+        Phase::NodesReady,
+        "{:?}",
+        obs[&a.key()]
+    );
+    assert_eq!(obs[&b.key()].phase, Phase::InstancesCreated);
+    // The scale-up as a whole has all four.
+    assert_eq!(attributed_nodes(&[a], &f)["s"], ["n1", "n2"]);
+}
+
+#[test]
+fn instances_without_a_claim_count_for_no_scale_up_where_the_backend_keeps_claims() {
+    let o = gang_open("s", 100_000, 2, "a", 2);
+    let f = claimed(
+        with_gang(
+            group(vec![node("stray", 101, true)], 1, &["old: stockout: x"]),
+            "a",
+            gang(2, 0, 0, 0, 0),
+        ),
+        &[],
+    );
+    let obs = one(&o, &f);
+    assert_eq!(obs.outcome, None, "{obs:?}");
+    assert_eq!(obs.phase, Phase::Requested);
+    assert!(attributed_nodes(&[o], &f)["s"].is_empty());
 }

@@ -779,6 +779,7 @@ fn group_facts_read_failed_registered_and_pending_instances_through_the_node_tab
             code: ErrorCode::Stockout,
             message: m.into(),
         }),
+        claim: None,
     };
     let mut table = NodeTable::new();
     table.apply(&Event::Init);
@@ -807,6 +808,7 @@ fn group_facts_read_failed_registered_and_pending_instances_through_the_node_tab
             instance("gpu-5", InstanceState::Creating, Some("no capacity")),
         ],
         &table,
+        false,
     );
     assert_eq!(
         g.nodes,
