@@ -22,6 +22,7 @@ mod instances;
 mod reload;
 mod request;
 mod reservation;
+mod withdraw;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -68,6 +68,8 @@ pub struct Metrics {
     pub attach_failures: Family<GroupLabels, Counter>,
     /// Scale-ups whose gang was preempted before it started, by node group.
     pub preemptions: Family<GroupLabels, Counter>,
+    /// Instances of ended lifecycles withdrawn before they were created, by node group.
+    pub withdrawn_instances: Family<GroupLabels, Counter>,
     /// Scale-up lifecycles open now.
     pub scale_ups_open: Gauge,
     /// Nodes gangscaler keeps out of CA's scale-down now because their gang is forming.
@@ -156,6 +158,7 @@ impl Metrics {
             scale_up_outcomes: Family::default(),
             attach_failures: Family::default(),
             preemptions: Family::default(),
+            withdrawn_instances: Family::default(),
             scale_ups_open: Gauge::default(),
             scale_up_protected_nodes: Gauge::default(),
             reserved_nodes: Gauge::default(),

@@ -255,6 +255,26 @@ pub trait Provisioner: Send + Sync + 'static {
         false
     }
 
+    /// The claims of the group's capacity not created yet, one per claimed instance (in no
+    /// particular order); empty for a backend that keeps no claims.
+    ///
+    /// # Errors
+    /// [`Error::Unreachable`] or [`Error::Backend`] if the backend cannot answer.
+    async fn pending_claims(&self, _group: &NodeGroupSpec) -> Result<Vec<Claim>> {
+        Ok(Vec::new())
+    }
+
+    /// Withdraws capacity not created yet that was claimed as `claims` (one instance per
+    /// entry, where one is still pending with that claim), lowering the target by as many;
+    /// returns how many were withdrawn. Never touches a created instance or unclaimed
+    /// capacity; a backend that keeps no claims withdraws nothing.
+    ///
+    /// # Errors
+    /// [`Error::Unreachable`] or [`Error::Backend`]; nothing is withdrawn then.
+    async fn withdraw(&self, _group: &NodeGroupSpec, _claims: &[Claim]) -> Result<u32> {
+        Ok(0)
+    }
+
     /// Cancels `delta` (> 0) units of capacity that is not created yet; returns the new target.
     ///
     /// # Errors

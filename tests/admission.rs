@@ -543,6 +543,110 @@ async fn a_failed_instance_releases_only_the_gang_it_was_requested_for() {
     );
 }
 
+#[tokio::test]
+async fn the_pending_nodes_of_an_ended_gang_are_withdrawn_and_no_other_gangs() {
+    use gangscaler::audit::{self, Event, Outcome, OutcomeEvent, Record};
+    use gangscaler::model::{BackendSpec, Claim, MemoryBackendSpec};
+    use gangscaler::scaleup::{InstanceSource, Recorder, Timeouts};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
+    let recorder = Arc::new(recorder);
+    // Group a's nodes take an hour to be created: all four stay pending.
+    let mut a = h100(8);
+    a.id = gangscaler::model::NodeGroupId::new("h100-a");
+    a.backend = BackendSpec::Memory(MemoryBackendSpec {
+        create_delay: std::time::Duration::from_secs(3600),
+        provision_delay: std::time::Duration::ZERO,
+        failure: None,
+    });
+    let mut b = h100(8);
+    b.id = gangscaler::model::NodeGroupId::new("h100-b");
+    let objects = [
+        gang("first", 2, 2, 8, 0, 10, "2026-11-29T10:00:00Z"),
+        gang("second", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z"),
+    ]
+    .join("---\n");
+    let e = Arc::new(
+        engine_of(vec![a, b], &objects)
+            .await
+            .with_audit(recorder.clone()),
+    );
+    assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 4);
+    assert_eq!(
+        InstanceSource::withdraw_ended(e.as_ref(), "h100-a")
+            .await
+            .unwrap(),
+        0,
+        "both lifecycles are open"
+    );
+    // The lifecycle of "first" ends (its gang was deleted, say).
+    let decision = decisions(&path).remove(0);
+    let id = decision.scale_up_id.clone().unwrap();
+    let first = decision
+        .gangs
+        .iter()
+        .find(|g| g.gang.name == "first")
+        .unwrap()
+        .gang
+        .clone();
+    recorder
+        .record(&Record::new(
+            1,
+            OutcomeEvent {
+                scale_up_id: id.clone(),
+                node_group: "h100-a".into(),
+                gang: Some(first),
+                outcome: Outcome::Cancelled,
+                requested_at_ms: 0,
+                formed_at_ms: None,
+                attached_at_ms: None,
+                pending_since_ms: None,
+                attach_failures: 0,
+                duration_ms: 1,
+                reason: "the gang was deleted before it started".into(),
+            },
+        ))
+        .unwrap();
+    assert_eq!(
+        InstanceSource::withdraw_ended(e.as_ref(), "h100-a")
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        e.target_size("h100-a").await.unwrap(),
+        2,
+        "second's two stay"
+    );
+    let withdrawals: Vec<Vec<String>> = audit::read_files(std::slice::from_ref(&path))
+        .unwrap()
+        .records
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::Withdrawal(w) => Some(w.claims),
+            _ => None,
+        })
+        .collect();
+    let claim = Claim::for_gang(&id, "ml", "first").to_string();
+    assert_eq!(withdrawals, vec![vec![claim.clone(), claim]]);
+    assert_eq!(
+        InstanceSource::withdraw_ended(e.as_ref(), "h100-a")
+            .await
+            .unwrap(),
+        0,
+        "done once"
+    );
+    // "first" no longer has nodes in flight: CA's ask on group b admits it, not "second".
+    assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 2);
+    let on_b: Vec<Vec<String>> = decisions(&path)
+        .into_iter()
+        .filter(|d| d.node_group == "h100-b")
+        .map(|d| d.gangs.into_iter().map(|g| g.gang.name).collect())
+        .collect();
+    assert_eq!(on_b, vec![vec!["first".to_owned()]]);
+}
+
 /// The memory backend, but `increase` fails while `failing` is set (a cloud API outage).
 struct Flaky {
     inner: MemoryProvisioner,

@@ -512,7 +512,7 @@ fn lifecycles_killed_mid_write_reach_their_outcome_exactly_once_after_restarts()
                     .entry((o.scale_up_id.clone(), o.gang.clone().unwrap().name))
                     .or_default()
                     .push(o.outcome),
-                Event::Reservation(_) => {}
+                Event::Reservation(_) | Event::Withdrawal(_) => {}
             }
         }
         assert_eq!(decisions.len(), SCALE_UPS as usize, "kills {kills:?}");
@@ -619,7 +619,7 @@ fn a_restart_resumes_open_scale_ups_without_duplicating_or_dropping_records() {
                 .entry(o.gang.as_ref().unwrap().name.clone())
                 .or_default()
                 .push(o.clone()),
-            Event::Decision(_) | Event::Reservation(_) => {}
+            Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => {}
         }
     }
     assert_eq!(
@@ -1257,7 +1257,7 @@ fn the_examples_in_the_schema_doc_parse() {
         .skip(1)
         .map(|b| b.split("```").next().unwrap())
         .collect();
-    assert_eq!(blocks.len(), 6);
+    assert_eq!(blocks.len(), 7);
     let mut events = Vec::new();
     for block in blocks {
         let record = Record::parse_line(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
@@ -1275,7 +1275,8 @@ fn the_examples_in_the_schema_doc_parse() {
             "phase",
             "outcome",
             "outcome",
-            "reservation"
+            "reservation",
+            "withdrawal"
         ]
     );
 }

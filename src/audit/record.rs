@@ -1,9 +1,10 @@
 //! The versioned audit record: one JSON object per line, `{"schema":1,"tsMs":…,"event":…,…}`.
 //!
-//! Three events: [`DecisionEvent`] (every admission decision, rejections included; an accepted
+//! Five events: [`DecisionEvent`] (every admission decision, rejections included; an accepted
 //! one with a `scaleUpId` opens a scale-up in phase [`Phase::Requested`]), [`PhaseEvent`] (a
-//! scale-up, or one gang of it, reached a later lifecycle phase) and [`OutcomeEvent`] (it
-//! reached a terminal [`Outcome`]). Field names are camelCase; `docs/audit-schema.md` lists
+//! scale-up, or one gang of it, reached a later lifecycle phase), [`OutcomeEvent`] (it
+//! reached a terminal [`Outcome`]), [`ReservationEvent`] (a node reserved or released) and
+//! [`WithdrawalEvent`] (instances of ended lifecycles withdrawn before they were created). Field names are camelCase; `docs/audit-schema.md` lists
 //! every field. Readers ignore unknown fields, so adding an optional field keeps schema 1;
 //! renaming or removing one, or changing a meaning, bumps [`SCHEMA_VERSION`].
 
@@ -20,6 +21,7 @@ pub use decision::{
 };
 pub use lifecycle::{
     Outcome, OutcomeEvent, Phase, PhaseEvent, ReleaseReason, ReservationAction, ReservationEvent,
+    WithdrawalEvent,
 };
 
 use crate::model::GangRef;
@@ -89,6 +91,7 @@ impl Record {
             Event::Phase(p) => &p.node_group,
             Event::Outcome(o) => &o.node_group,
             Event::Reservation(r) => &r.node_group,
+            Event::Withdrawal(w) => &w.node_group,
         }
     }
 
@@ -96,7 +99,7 @@ impl Record {
     /// decision (which may open several: [`DecisionEvent::opened_lifecycles`]).
     pub fn lifecycle(&self) -> Option<(String, Option<GangId>)> {
         match &self.event {
-            Event::Decision(_) | Event::Reservation(_) => None,
+            Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => None,
             Event::Phase(p) => Some((p.scale_up_id.clone(), p.gang.clone())),
             Event::Outcome(o) => Some((o.scale_up_id.clone(), o.gang.clone())),
         }
@@ -115,6 +118,14 @@ pub enum Event {
     Outcome(OutcomeEvent),
     /// A node was reserved for a gang, or its reservation ended.
     Reservation(ReservationEvent),
+    /// Instances of ended lifecycles were withdrawn before they were created.
+    Withdrawal(WithdrawalEvent),
+}
+
+impl From<WithdrawalEvent> for Event {
+    fn from(e: WithdrawalEvent) -> Self {
+        Self::Withdrawal(e)
+    }
 }
 
 impl From<ReservationEvent> for Event {

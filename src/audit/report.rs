@@ -145,6 +145,9 @@ pub struct Stats {
     pub reserved: u64,
     /// `reservation` records with action `released`, by reason; every reason is present.
     pub released: BTreeMap<&'static str, u64>,
+    /// Instances in `withdrawal` records (a withdrawal retried after a failure is recorded,
+    /// and counted, again).
+    pub withdrawn: u64,
 }
 
 #[derive(Default)]
@@ -384,6 +387,13 @@ impl Report {
                 }
             );
         }
+        if self.overall.withdrawn > 0 {
+            let _ = writeln!(
+                s,
+                "\nwithdrawn: {} instance(s) of ended lifecycles, before they were created",
+                self.overall.withdrawn
+            );
+        }
         s
     }
 }
@@ -430,7 +440,7 @@ fn lifecycles(records: &[Record]) -> BTreeMap<Key, Lifecycle<'_>> {
                     .or_insert(r.ts_ms);
                 *at = (*at).min(r.ts_ms);
             }
-            Event::Reservation(_) => {}
+            Event::Reservation(_) | Event::Withdrawal(_) => {}
         }
     }
     for (key, at) in closed {
@@ -487,6 +497,9 @@ fn add(acc: &mut Acc, r: &Record) {
             s.nodes_applied += u64::from(d.applied_delta);
         }
         Event::Phase(_) => {}
+        Event::Withdrawal(w) => {
+            s.withdrawn += u64::try_from(w.claims.len()).unwrap_or(u64::MAX);
+        }
         Event::Reservation(r) => match (r.action, r.reason) {
             (ReservationAction::Reserved, _) => s.reserved += 1,
             (ReservationAction::Released, reason) => {

@@ -343,6 +343,13 @@ impl Admission {
                 None => return self.release(group),
             }
         }
+        self.release_gangs(group, &gangs);
+    }
+
+    /// Forgets the nodes requested on `group` for `gangs` (namespace, name): they failed or
+    /// were withdrawn, so the gangs may be admitted again, there or on another group. Other
+    /// gangs' nodes in flight stay counted.
+    pub fn release_gangs(&self, group: &str, gangs: &[(&str, &str)]) {
         if gangs.is_empty() {
             return;
         }
@@ -362,7 +369,7 @@ impl Admission {
             tracing::info!(
                 node_group.id = group,
                 gangs = released,
-                "instances claimed for these gangs failed: their requested nodes no longer count as in flight"
+                "the nodes requested for these gangs failed or were withdrawn: they no longer count as in flight"
             );
         }
     }

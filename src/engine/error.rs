@@ -76,6 +76,19 @@ pub enum Error {
         /// The write error and its causes.
         why: String,
     },
+    /// Instances of ended lifecycles were due to be withdrawn, but the record of it could not
+    /// be made durable, so nothing was withdrawn; the next lifecycle tick tries again.
+    #[error(
+        "node group {group}: {instances} instance(s) of ended lifecycles not withdrawn: the withdrawal could not be recorded in the audit log ({why})"
+    )]
+    WithdrawalUnrecorded {
+        /// Group.
+        group: NodeGroupId,
+        /// Instances that would have been withdrawn.
+        instances: u32,
+        /// The write error and its causes.
+        why: String,
+    },
     /// The task running a `NodeGroupIncreaseSize` ended without an answer: it panicked, or
     /// the runtime is shutting down (group name shown cut short and escaped).
     #[error(

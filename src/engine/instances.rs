@@ -24,6 +24,17 @@ impl InstanceSource for Engine {
         Ok(instances)
     }
 
+    /// Withdraws the group's pending instances of ended lifecycles (see the private
+    /// `withdraw` module).
+    async fn withdraw_ended(&self, group: &str) -> Result<u32, InstancesError> {
+        Engine::withdraw_ended(self, group)
+            .await
+            .map_err(|e| match e {
+                Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),
+                e => InstancesError::Backend(Box::new(e)),
+            })
+    }
+
     /// Whether the group's backend keeps claims; false for a group no longer configured.
     fn keeps_claims(&self, group: &str) -> bool {
         self.group(group)

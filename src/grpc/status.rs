@@ -27,7 +27,8 @@ pub fn code(e: &Error) -> Code {
         Error::NotSynced(_)
         | Error::ViewStale { .. }
         | Error::NotLeader(_)
-        | Error::AuditUnwritable { .. } => Code::Unavailable,
+        | Error::AuditUnwritable { .. }
+        | Error::WithdrawalUnrecorded { .. } => Code::Unavailable,
         Error::Provision(p) => match p {
             provision::Error::AboveMax { .. }
             | provision::Error::BelowMin { .. }
@@ -180,6 +181,14 @@ mod tests {
                 Error::AuditUnwritable {
                     group: g(),
                     nodes: 2,
+                    why: "writing audit log /a: No space left on device (os error 28)".into(),
+                },
+                Code::Unavailable,
+            ),
+            (
+                Error::WithdrawalUnrecorded {
+                    group: g(),
+                    instances: 2,
                     why: "writing audit log /a: No space left on device (os error 28)".into(),
                 },
                 Code::Unavailable,

@@ -92,6 +92,11 @@ impl Metrics {
             self.preemptions.clone(),
         );
         s.register(
+            "withdrawn_instances",
+            "instances of ended scale-up lifecycles withdrawn before they were created, by node group",
+            self.withdrawn_instances.clone(),
+        );
+        s.register(
             "open",
             "scale-up lifecycles not ended yet",
             self.scale_ups_open.clone(),

@@ -50,7 +50,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use state::LastKnown;
+use state::{GroupRecord, LastKnown};
 
 /// Scheme of kwok instance ids: `kwok://<group>/<node name>`.
 pub const PROVIDER_ID_SCHEME: &str = "kwok://";
@@ -263,6 +263,52 @@ impl Provisioner for KwokProvisioner {
             );
         }
         Ok(record.target)
+    }
+
+    async fn pending_claims(&self, group: &NodeGroupSpec) -> Result<Vec<Claim>> {
+        let record = self.record(group).await?;
+        Ok(record
+            .pending
+            .iter()
+            .filter_map(|p| p.claim.as_deref().and_then(Claim::parse))
+            .collect())
+    }
+
+    async fn withdraw(&self, group: &NodeGroupSpec, claims: &[Claim]) -> Result<u32> {
+        let texts: Vec<String> = claims.iter().map(ToString::to_string).collect();
+        let take = |r: &GroupRecord| -> Vec<String> {
+            let mut left: Vec<&String> = texts.iter().collect();
+            let mut names = Vec::new();
+            for p in &r.pending {
+                let Some(pos) = p
+                    .claim
+                    .as_ref()
+                    .and_then(|c| left.iter().position(|l| *l == c))
+                else {
+                    continue;
+                };
+                left.swap_remove(pos);
+                names.push(p.name.clone());
+            }
+            names
+        };
+        // Not while due nodes are being created: a node created from an entry withdrawn
+        // meanwhile would be a node beyond the target.
+        let _materializing = self.materialize_lock.lock().await;
+        // Read first: a tick with nothing to withdraw writes nothing.
+        if take(&self.record(group).await?).is_empty() {
+            return Ok(0);
+        }
+        let (_, removed) = self
+            .update(group, |r| {
+                let names = take(r);
+                r.pending.retain(|p| !names.contains(&p.name));
+                let n = u32::try_from(names.len()).unwrap_or(u32::MAX);
+                r.target = r.target.saturating_sub(n);
+                Ok(n)
+            })
+            .await?;
+        Ok(removed)
     }
 
     async fn decrease_target(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {

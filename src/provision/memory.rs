@@ -213,6 +213,34 @@ impl Provisioner for MemoryProvisioner {
         })?
     }
 
+    async fn pending_claims(&self, group: &NodeGroupSpec) -> Result<Vec<Claim>> {
+        let now = crate::clock::mono();
+        self.with_state(|s| {
+            s.ensure(group, now)
+                .pending
+                .iter()
+                .filter_map(|(_, c)| c.clone())
+                .collect()
+        })
+    }
+
+    async fn withdraw(&self, group: &NodeGroupSpec, claims: &[Claim]) -> Result<u32> {
+        let now = crate::clock::mono();
+        self.with_state(|s| {
+            let g = s.ensure(group, now);
+            let mut left: Vec<&Claim> = claims.iter().collect();
+            let before = g.pending.len();
+            g.pending.retain(|(_, c)| {
+                let Some(pos) = c.as_ref().and_then(|c| left.iter().position(|l| *l == c)) else {
+                    return true;
+                };
+                left.swap_remove(pos);
+                false
+            });
+            u32::try_from(before - g.pending.len()).unwrap_or(u32::MAX)
+        })
+    }
+
     async fn decrease_target(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
         let now = crate::clock::mono();
         self.with_state(|s| {

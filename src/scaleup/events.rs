@@ -65,7 +65,7 @@ pub fn events_for(appended: &Appended) -> Vec<(GangRef, &'static str, &'static s
                 ),
             ));
         }
-        AuditEvent::Decision(_) | AuditEvent::Reservation(_) => {}
+        AuditEvent::Decision(_) | AuditEvent::Reservation(_) | AuditEvent::Withdrawal(_) => {}
     }
     out
 }
@@ -90,7 +90,9 @@ mod tests {
         let gang = match &event {
             AuditEvent::Phase(p) => p.gang.clone(),
             AuditEvent::Outcome(o) => o.gang.clone(),
-            AuditEvent::Decision(_) | AuditEvent::Reservation(_) => None,
+            AuditEvent::Decision(_) | AuditEvent::Reservation(_) | AuditEvent::Withdrawal(_) => {
+                None
+            }
         };
         Appended {
             record: Record::new(10_000, event),

@@ -80,6 +80,15 @@ pub trait InstanceSource: Send + Sync {
     /// [`InstancesError::Backend`].
     async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError>;
 
+    /// Withdraws `group`'s capacity not created yet whose lifecycles have ended; returns how
+    /// many instances. Nothing by default.
+    ///
+    /// # Errors
+    /// As [`InstanceSource::instances`].
+    async fn withdraw_ended(&self, _group: &str) -> Result<u32, InstancesError> {
+        Ok(0)
+    }
+
     /// Whether `group`'s backend keeps the claims of its instances, so that they are
     /// attributed by claim (see [`observe`](mod@super::observe)). None by default.
     fn keeps_claims(&self, _group: &str) -> bool {
@@ -118,6 +127,10 @@ pub struct Loop {
     /// Reservation values of gangs whose lifecycle ended (whether they had formed), kept
     /// while some node still carries the value, so its release names the right reason.
     closed: BTreeMap<String, bool>,
+    /// Every configured group had its pending instances of ended lifecycles withdrawn once
+    /// (the first tick after a start or a takeover; later ticks look at the groups of open
+    /// lifecycles only).
+    swept: bool,
 }
 
 impl std::fmt::Debug for Loop {
@@ -160,6 +173,7 @@ impl Loop {
             paused: false,
             tolerated: BTreeSet::new(),
             closed: BTreeMap::new(),
+            swept: false,
         }
     }
 
@@ -253,6 +267,29 @@ impl Loop {
             .set(i64::try_from(self.recorder.open_count()).unwrap_or(i64::MAX));
         self.mark_nodes(&attributed, now_ms).await;
         self.tolerate_members(&view.gangs).await;
+        self.withdraw_ended(&open).await;
+    }
+
+    /// Withdraws the capacity not created yet of lifecycles that have ended: on the groups
+    /// of the lifecycles open at the start of this tick (the ones that ended during it
+    /// included), and on the first tick on every configured group, so that a withdrawal a
+    /// restart interrupted is finished. A failure is retried at the next tick.
+    async fn withdraw_ended(&mut self, open: &[Open]) {
+        let mut groups: BTreeSet<String> = open.iter().map(|o| o.node_group.clone()).collect();
+        if !self.swept {
+            groups.extend(self.instances.reservations().into_keys());
+        }
+        let mut all_done = true;
+        for group in &groups {
+            match self.instances.withdraw_ended(group).await {
+                Ok(_) | Err(InstancesError::GroupNotFound(_)) => {}
+                Err(e) => {
+                    all_done = false;
+                    warn!(node_group.id = %group, error = %Chain(&e), "withdrawing the pending instances of ended lifecycles failed; will retry");
+                }
+            }
+        }
+        self.swept |= all_done;
     }
 
     /// Gathers the facts of the `open` scale-ups, appends the records that bring them up to
@@ -448,7 +485,7 @@ pub fn count(m: &Metrics, a: &Appended) {
                 "scale-up ended"
             );
         }
-        Event::Decision(_) | Event::Reservation(_) => {
+        Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => {
             debug!("decision and reservation records are not appended by the reconciler");
         }
     }

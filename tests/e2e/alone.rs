@@ -420,6 +420,38 @@ async fn each_instance_keeps_its_claim_on_its_node_or_failure_across_a_restart()
 
 #[tokio::test]
 #[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
+async fn withdraw_takes_back_pending_nodes_of_the_claims_named_and_nothing_else() {
+    let slow = KwokBackendSpec {
+        provision_delay: Duration::from_secs(3600),
+        ..instant()
+    };
+    let g = kwok_group("withdrawn", 0, 8, slow);
+    let (cluster, client, p) = kwok_fixture("withdraw", &g).await;
+    let a = Claim::for_gang("su-1-1", "ml", "a");
+    let b = Claim::for_gang("su-1-1", "ml", "b");
+    p.increase_for(&g, 5, &[a.clone(), a.clone(), b.clone(), b.clone()])
+        .await
+        .unwrap();
+    let mut pending = p.pending_claims(&g).await.unwrap();
+    pending.sort();
+    assert_eq!(pending, [a.clone(), a.clone(), b.clone(), b.clone()]);
+    assert_eq!(
+        p.withdraw(&g, &[a.clone(), a.clone(), a.clone()])
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(p.withdraw(&g, &[a]).await.unwrap(), 0, "nothing left of a");
+    // A restarted provider sees the same: b's two and the unclaimed one remain.
+    drop(p);
+    let restarted = provisioner(&cluster).await;
+    assert_eq!(restarted.target_size(&g).await.unwrap(), 3);
+    assert_eq!(restarted.pending_claims(&g).await.unwrap(), [b.clone(), b]);
+    assert!(group_nodes(&client, "withdrawn").await.is_empty());
+}
+
+#[tokio::test]
+#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
 async fn the_simulated_attacher_attaches_or_fails_volume_attachments_on_its_nodes() {
     let spec = KwokBackendSpec {
         attach: Some(AttachSimulation {

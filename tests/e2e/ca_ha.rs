@@ -95,7 +95,7 @@ async fn ca_scale_up_survives_kill_9_of_the_leader_and_the_standby_finishes_it_o
             Event::Phase(p) => format!("{}/{:?}/{}", p.scale_up_id, p.gang, p.phase.as_str()),
             Event::Outcome(o) => format!("{}/{:?}/outcome", o.scale_up_id, o.gang),
             // Not a lifecycle record (and these groups do not reserve).
-            Event::Reservation(_) => continue,
+            Event::Reservation(_) | Event::Withdrawal(_) => continue,
         });
     }
     let unique: std::collections::BTreeSet<&String> = keys.iter().collect();

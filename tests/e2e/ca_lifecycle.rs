@@ -169,18 +169,33 @@ async fn ca_scale_down_takes_the_nodes_of_a_cancelled_gang_once_its_outcome_is_r
     s.sampler.begin();
     s.create_gang(&forming_gang()).await;
     two_protected_nodes(&s).await;
-    // The user cancels the job while it forms.
+    // The user cancels the job while it forms: some of its nodes exist, the rest are due.
     super::delete_dynamic(&s.client, &s.api, "ckpt").await;
     s.delete_members("ckpt").await;
     let outcome = s.wait_outcome("ckpt", Duration::from_secs(30)).await;
     assert_eq!(outcome.outcome, Outcome::Cancelled, "{outcome:?}");
     let outcome_at =
         ((outcome.requested_at_ms as f64 + outcome.duration_ms as f64) / 1000.0) % 86400.0;
+    // The nodes not created yet are withdrawn (recorded first), never the ones that exist.
+    let withdrawn = eventually(
+        "the gang's pending nodes withdrawn",
+        Duration::from_secs(20),
+        || async {
+            let report = audit_report(&s.audit);
+            let n = report["overall"]["withdrawn"].as_u64().unwrap_or(0);
+            (n > 0).then_some(n)
+        },
+    )
+    .await;
+    let arrived = 4 - withdrawn;
+    assert!(arrived >= 2, "withdrew {withdrawn} of 4 with two nodes up");
+    // The ones that arrived lose their protection and CA removes them.
     eventually(
-        "CA scaled every node down",
+        "CA scaled every arrived node down",
         Duration::from_secs(150),
         || async {
-            let done = s.group_nodes("gpu").await.is_empty() && s.ca.scaled_down_nodes().len() == 4;
+            let done = s.group_nodes("gpu").await.is_empty()
+                && s.ca.scaled_down_nodes().len() as u64 == arrived;
             done.then_some(())
         },
     )
@@ -192,6 +207,22 @@ async fn ca_scale_down_takes_the_nodes_of_a_cancelled_gang_once_its_outcome_is_r
             "CA removed a node before the outcome ({outcome_at}): {line}"
         );
     }
+    assert_eq!(
+        s.sampler.sample().seen.len() as u64,
+        arrived,
+        "no node came for the withdrawn capacity"
+    );
+    Row::new(
+        &s,
+        "gang deleted while its nodes provision (4 × 8 GPU, nodes 5s apart)",
+        "gpu",
+        None,
+    )
+    .outcome(outcome.outcome.as_str())
+    .note(format!(
+        "{withdrawn} of 4 nodes withdrawn before they were created; the {arrived} that arrived were released and scaled down by CA"
+    ))
+    .record();
 }
 
 /// The reservation lines of a node-group file in these scenarios.
@@ -834,7 +865,7 @@ async fn ca_driven_scale_up_survives_kill_9_and_the_accounting_agrees_with_the_r
                 p.phase.as_str()
             )),
             Event::Outcome(o) => Some(format!("{}/{:?}/outcome", o.scale_up_id, o.gang)),
-            Event::Decision(_) | Event::Reservation(_) => None,
+            Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => None,
         })
         .collect();
     let unique: std::collections::BTreeSet<&String> = keys.iter().collect();

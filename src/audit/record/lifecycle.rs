@@ -1,6 +1,7 @@
 //! The records of a scale-up's lifecycle after its decision: each [`Phase`] it reaches
-//! ([`PhaseEvent`]), its terminal [`Outcome`] ([`OutcomeEvent`]), and the reservations of its
-//! nodes ([`ReservationEvent`]).
+//! ([`PhaseEvent`]), its terminal [`Outcome`] ([`OutcomeEvent`]), the reservations of its
+//! nodes ([`ReservationEvent`]) and the instances withdrawn once it ended
+//! ([`WithdrawalEvent`]).
 
 use std::fmt;
 
@@ -81,6 +82,20 @@ pub struct ReservationEvent {
     /// Why a reservation ended (`released` only).
     #[serde(default)]
     pub reason: Option<ReleaseReason>,
+}
+
+/// Instances requested for lifecycles that have ended, and not created yet, are withdrawn:
+/// the group's target is lowered by their number and no node comes for them. Written before
+/// the backend is asked; a withdrawal that fails (or a crash before it) is tried again, with
+/// its record again, so an instance may be in more than one record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WithdrawalEvent {
+    /// The node group.
+    pub node_group: String,
+    /// One claim per instance withdrawn: `<scaleUpId>` or `<scaleUpId>/<namespace>/<gang>`,
+    /// what the instance was requested for.
+    pub claims: Vec<String>,
 }
 
 /// What happened to a node's reservation.

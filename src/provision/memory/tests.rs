@@ -247,3 +247,37 @@ async fn instances_carry_the_claims_they_were_requested_with_also_when_they_fail
         "in request order; the third was requested without a claim"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn withdraw_takes_back_only_pending_capacity_of_the_claims_named() {
+    let p = MemoryProvisioner::new();
+    let g = group(0, 8, delays(10, 0));
+    let a = Claim::for_gang("su-1-1", "ml", "a");
+    let b = Claim::for_gang("su-1-1", "ml", "b");
+    p.increase_for(&g, 2, &[a.clone(), a.clone()])
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(11)).await;
+    // a's two exist now; then two for b and two more for a, still pending.
+    p.increase_for(&g, 5, &[b.clone(), b.clone(), a.clone(), a.clone()])
+        .await
+        .unwrap();
+    let mut pending = p.pending_claims(&g).await.unwrap();
+    pending.sort();
+    assert_eq!(pending, [a.clone(), a.clone(), b.clone(), b.clone()]);
+    // Asking for three of a's takes the two pending ones and never a created instance.
+    assert_eq!(
+        p.withdraw(&g, &[a.clone(), a.clone(), a.clone()])
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        p.target_size(&g).await.unwrap(),
+        5,
+        "2 created + 2 b + 1 unclaimed"
+    );
+    assert_eq!(p.pending_claims(&g).await.unwrap(), [b.clone(), b]);
+    assert_eq!(p.instances(&g).await.unwrap().len(), 2);
+    assert_eq!(p.withdraw(&g, &[a]).await.unwrap(), 0, "nothing left of a");
+}

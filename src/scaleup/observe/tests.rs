@@ -230,6 +230,7 @@ fn phases(records: &[Record]) -> Vec<(i64, String)> {
             Event::Outcome(o) => (r.ts_ms, o.outcome.as_str().to_owned()),
             Event::Decision(_) => (r.ts_ms, "decision".to_owned()),
             Event::Reservation(_) => (r.ts_ms, "reservation".to_owned()),
+            Event::Withdrawal(_) => (r.ts_ms, "withdrawal".to_owned()),
         })
         .collect()
 }
