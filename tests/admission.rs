@@ -487,18 +487,46 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
     assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 1 + 2);
 }
 
-#[tokio::test]
-async fn a_failed_instance_releases_only_the_gang_it_was_requested_for() {
-    use gangscaler::audit;
-    use gangscaler::model::{BackendSpec, ErrorCode, MemoryBackendSpec, SimulatedFailure};
+/// Groups `h100-a` (memory, `a`) and `h100-b`, pending gangs "first" (priority 10) and
+/// "second" of two 8-GPU members each, and a strict engine over them with an audit log: the
+/// log's folder (kept while it lives), its path, its recorder and the engine.
+async fn two_gangs_on_two_groups(
+    a: gangscaler::model::MemoryBackendSpec,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Arc<gangscaler::scaleup::Recorder>,
+    Arc<Engine>,
+) {
     use gangscaler::scaleup::{Recorder, Timeouts};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
-    let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
+    let (recorder, _) =
+        Recorder::open(&path, gangscaler::audit::Config::new(), Timeouts::default()).unwrap();
+    let recorder = Arc::new(recorder);
+    let mut group_a = h100(8);
+    group_a.id = gangscaler::model::NodeGroupId::new("h100-a");
+    group_a.backend = gangscaler::model::BackendSpec::Memory(a);
+    let mut group_b = h100(8);
+    group_b.id = gangscaler::model::NodeGroupId::new("h100-b");
+    let objects = [
+        gang("first", 2, 2, 8, 0, 10, "2026-11-29T10:00:00Z"),
+        gang("second", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z"),
+    ]
+    .join("---\n");
+    let e = Arc::new(
+        engine_of(vec![group_a, group_b], &objects)
+            .await
+            .with_audit(recorder.clone()),
+    );
+    (dir, path, recorder, e)
+}
+
+#[tokio::test]
+async fn a_failed_instance_releases_only_the_gang_it_was_requested_for() {
+    use gangscaler::model::{ErrorCode, MemoryBackendSpec, SimulatedFailure};
     // Group a: its first two instances come up, every later one stocks out.
-    let mut a = h100(8);
-    a.id = gangscaler::model::NodeGroupId::new("h100-a");
-    a.backend = BackendSpec::Memory(MemoryBackendSpec {
+    let (_dir, path, _, e) = two_gangs_on_two_groups(MemoryBackendSpec {
         create_delay: std::time::Duration::ZERO,
         provision_delay: std::time::Duration::from_secs(3600),
         failure: Some(SimulatedFailure {
@@ -506,19 +534,8 @@ async fn a_failed_instance_releases_only_the_gang_it_was_requested_for() {
             code: ErrorCode::Stockout,
             per_million: SimulatedFailure::ALWAYS,
         }),
-    });
-    let mut b = h100(8);
-    b.id = gangscaler::model::NodeGroupId::new("h100-b");
-    let objects = [
-        gang("first", 2, 2, 8, 0, 10, "2026-11-29T10:00:00Z"),
-        gang("second", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z"),
-    ]
-    .join("---\n");
-    let e = Arc::new(
-        engine_of(vec![a, b], &objects)
-            .await
-            .with_audit(Arc::new(recorder)),
-    );
+    })
+    .await;
     // CA asks group a: both gangs are admitted whole, "first" (higher priority) first.
     assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 4);
     // "second"'s two instances stock out; CA sees them in its listing.
@@ -546,32 +563,15 @@ async fn a_failed_instance_releases_only_the_gang_it_was_requested_for() {
 #[tokio::test]
 async fn the_pending_nodes_of_an_ended_gang_are_withdrawn_and_no_other_gangs() {
     use gangscaler::audit::{self, Event, Outcome, OutcomeEvent, Record};
-    use gangscaler::model::{BackendSpec, Claim, MemoryBackendSpec};
-    use gangscaler::scaleup::{InstanceSource, Recorder, Timeouts};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.jsonl");
-    let (recorder, _) = Recorder::open(&path, audit::Config::new(), Timeouts::default()).unwrap();
-    let recorder = Arc::new(recorder);
+    use gangscaler::model::{Claim, MemoryBackendSpec};
+    use gangscaler::scaleup::InstanceSource;
     // Group a's nodes take an hour to be created: all four stay pending.
-    let mut a = h100(8);
-    a.id = gangscaler::model::NodeGroupId::new("h100-a");
-    a.backend = BackendSpec::Memory(MemoryBackendSpec {
+    let (_dir, path, recorder, e) = two_gangs_on_two_groups(MemoryBackendSpec {
         create_delay: std::time::Duration::from_secs(3600),
         provision_delay: std::time::Duration::ZERO,
         failure: None,
-    });
-    let mut b = h100(8);
-    b.id = gangscaler::model::NodeGroupId::new("h100-b");
-    let objects = [
-        gang("first", 2, 2, 8, 0, 10, "2026-11-29T10:00:00Z"),
-        gang("second", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z"),
-    ]
-    .join("---\n");
-    let e = Arc::new(
-        engine_of(vec![a, b], &objects)
-            .await
-            .with_audit(recorder.clone()),
-    );
+    })
+    .await;
     assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 4);
     assert_eq!(
         InstanceSource::withdraw_ended(e.as_ref(), "h100-a")

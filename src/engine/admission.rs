@@ -314,19 +314,24 @@ impl Admission {
     /// (`NodeGroupDecreaseTargetSize`), so the gangs they were for may be admitted on another
     /// group.
     pub fn release(&self, group: &str) {
+        self.release_where(
+            group,
+            |_| true,
+            "instances failed: the nodes requested for these gangs no longer count as in flight",
+        );
+    }
+
+    /// Forgets the ledger entries of `group` whose gang `matches`, logging `why` when any.
+    fn release_where(&self, group: &str, matches: impl Fn(&GangRef) -> bool, why: &str) {
         let mut ledger = self
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let before = ledger.len();
-        ledger.retain(|_, f| f.group.as_str() != group);
+        ledger.retain(|g, f| f.group.as_str() != group || !matches(g));
         let released = before - ledger.len();
         if released > 0 {
-            tracing::info!(
-                node_group.id = group,
-                gangs = released,
-                "instances failed: the nodes requested for these gangs no longer count as in flight"
-            );
+            tracing::info!(node_group.id = group, gangs = released, "{why}");
         }
     }
 
@@ -353,25 +358,15 @@ impl Admission {
         if gangs.is_empty() {
             return;
         }
-        let mut ledger = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let before = ledger.len();
-        ledger.retain(|g, f| {
-            f.group.as_str() != group
-                || !gangs
+        self.release_where(
+            group,
+            |g| {
+                gangs
                     .iter()
                     .any(|(ns, name)| g.namespace == *ns && g.name == *name)
-        });
-        let released = before - ledger.len();
-        if released > 0 {
-            tracing::info!(
-                node_group.id = group,
-                gangs = released,
-                "the nodes requested for these gangs failed or were withdrawn: they no longer count as in flight"
-            );
-        }
+            },
+            "the nodes requested for these gangs failed or were withdrawn: they no longer count as in flight",
+        );
     }
 
     /// Drops ledger entries of gangs that are no longer pending or are too old, and returns the
