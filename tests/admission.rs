@@ -487,6 +487,15 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
     assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 1 + 2);
 }
 
+/// The names of the gangs each decision recorded on `group` admitted, decision by decision.
+fn admitted_on(path: &std::path::Path, group: &str) -> Vec<Vec<String>> {
+    decisions(path)
+        .into_iter()
+        .filter(|d| d.node_group == group)
+        .map(|d| d.gangs.into_iter().map(|g| g.gang.name).collect())
+        .collect()
+}
+
 /// Groups `h100-a` (memory, `a`) and `h100-b`, pending gangs "first" (priority 10) and
 /// "second" of two 8-GPU members each, and a strict engine over them with an audit log: the
 /// log's folder (kept while it lives), its path, its recorder and the engine.
@@ -548,11 +557,7 @@ async fn a_failed_instance_releases_only_the_gang_it_was_requested_for() {
     }
     // CA asks group b: only "second" may go there; "first"'s nodes are still in flight on a.
     assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 2);
-    let on_b: Vec<Vec<String>> = decisions(&path)
-        .into_iter()
-        .filter(|d| d.node_group == "h100-b")
-        .map(|d| d.gangs.into_iter().map(|g| g.gang.name).collect())
-        .collect();
+    let on_b = admitted_on(&path, "h100-b");
     assert_eq!(
         on_b,
         vec![vec!["second".to_owned()]],
@@ -639,11 +644,7 @@ async fn the_pending_nodes_of_an_ended_gang_are_withdrawn_and_no_other_gangs() {
     );
     // "first" no longer has nodes in flight: CA's ask on group b admits it, not "second".
     assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 2);
-    let on_b: Vec<Vec<String>> = decisions(&path)
-        .into_iter()
-        .filter(|d| d.node_group == "h100-b")
-        .map(|d| d.gangs.into_iter().map(|g| g.gang.name).collect())
-        .collect();
+    let on_b = admitted_on(&path, "h100-b");
     assert_eq!(on_b, vec![vec!["first".to_owned()]]);
 }
 

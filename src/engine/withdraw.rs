@@ -74,11 +74,12 @@ impl Engine {
             return Ok(0);
         }
         let count = u32::try_from(ended.len()).unwrap_or(u32::MAX);
+        let claims: Vec<String> = ended.iter().map(ToString::to_string).collect();
         let record = Record::new(
             clock::now_ms(),
             WithdrawalEvent {
                 node_group: g.id.to_string(),
-                claims: ended.iter().map(ToString::to_string).collect(),
+                claims: claims.clone(),
             },
         );
         if let Err(e) = recorder.record(&record) {
@@ -107,17 +108,16 @@ impl Engine {
                 .collect();
             admission.release_gangs(g.id.as_str(), &gangs);
         }
-        info!(node_group.id = %g.id, instances = withdrawn, claims = ?record_claims(&ended), "withdrew the pending instances of ended lifecycles");
+        info!(node_group.id = %g.id, instances = withdrawn, claims = ?distinct(claims), "withdrew the pending instances of ended lifecycles");
         Ok(withdrawn)
     }
 }
 
-/// The distinct claims of `ended`, for the log line.
-fn record_claims(ended: &[Claim]) -> Vec<String> {
-    let mut out: Vec<String> = ended.iter().map(ToString::to_string).collect();
-    out.sort();
-    out.dedup();
-    out
+/// `claims` once each, for the log line.
+fn distinct(mut claims: Vec<String>) -> Vec<String> {
+    claims.sort();
+    claims.dedup();
+    claims
 }
 
 #[cfg(test)]
