@@ -103,6 +103,7 @@ impl Fixture {
                 requested_at_ms: T0 * 1000,
                 formed_at_ms: None,
                 attached_at_ms: None,
+                repair: gangscaler::scaleup::Repair::default(),
             })
             .collect();
         let mut instances: BTreeMap<String, Vec<Instance>> = BTreeMap::new();

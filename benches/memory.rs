@@ -60,6 +60,7 @@ fn main() {
             requested_at_ms: T0 * 1000,
             formed_at_ms: None,
             attached_at_ms: None,
+            repair: gangscaler::scaleup::Repair::default(),
         })
         .collect();
     drop(view);

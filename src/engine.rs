@@ -22,6 +22,7 @@ mod instances;
 mod reload;
 mod request;
 mod reservation;
+mod unapplied;
 mod withdraw;
 
 use std::collections::{BTreeMap, HashMap};
@@ -267,7 +268,7 @@ impl Engine {
             self.failed_ledger().listed(g.id.as_str(), &instances);
         }
         if let Some(admission) = &self.admission {
-            admission.release_failed(g.id.as_str(), &instances);
+            admission.charge_failed(g.id.as_str(), &instances);
         }
         Ok(instances)
     }

@@ -34,6 +34,9 @@ pub const REASON_FAILED: &str = "ScaleUpFailed";
 /// Reason of a warning for a pending gang none of whose members carries a scheduler verdict,
 /// so Cluster Autoscaler, which scales up only for pods marked `Unschedulable`, cannot see it.
 pub const REASON_NOT_SEEN: &str = "GangNotSeenByAutoscaler";
+/// Reason of a warning for a gang one of whose requested instances failed: its scale-up
+/// repairs (it waits for a replacement) instead of failing.
+pub const REASON_REPAIRING: &str = "ScaleUpRepairing";
 /// Reason of an event for a gang a node was reserved for.
 pub const REASON_NODE_RESERVED: &str = "NodeReserved";
 /// Event reason: the nodes added for the gang are not reserved, although its group's

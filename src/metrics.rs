@@ -70,6 +70,9 @@ pub struct Metrics {
     pub preemptions: Family<GroupLabels, Counter>,
     /// Instances of ended lifecycles withdrawn before they were created, by node group.
     pub withdrawn_instances: Family<GroupLabels, Counter>,
+    /// Failed instances charged to a gang's lifecycle, which repairs instead of failing, by
+    /// node group.
+    pub repairs: Family<GroupLabels, Counter>,
     /// Scale-up lifecycles open now.
     pub scale_ups_open: Gauge,
     /// Nodes gangscaler keeps out of CA's scale-down now because their gang is forming.
@@ -159,6 +162,7 @@ impl Metrics {
             attach_failures: Family::default(),
             preemptions: Family::default(),
             withdrawn_instances: Family::default(),
+            repairs: Family::default(),
             scale_ups_open: Gauge::default(),
             scale_up_protected_nodes: Gauge::default(),
             reserved_nodes: Gauge::default(),

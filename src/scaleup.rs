@@ -58,4 +58,4 @@ pub use progress::{
 pub use protect::Marker;
 pub use recorder::{Appended, Recorder, Resumed};
 pub use run::{InstanceSource, InstancesError, Loop, count};
-pub use track::{Key, Observation, Open, Timeouts, Tracker};
+pub use track::{Key, Observation, Open, Repair, Timeouts, Tracker};

@@ -532,7 +532,7 @@ async fn two_gangs_on_two_groups(
 }
 
 #[tokio::test]
-async fn a_failed_instance_releases_only_the_gang_it_was_requested_for() {
+async fn a_gang_whose_instances_all_failed_may_go_to_another_group_and_no_other_gang() {
     use gangscaler::model::{ErrorCode, MemoryBackendSpec, SimulatedFailure};
     // Group a: its first two instances come up, every later one stocks out.
     let (_dir, path, _, e) = two_gangs_on_two_groups(MemoryBackendSpec {
@@ -562,6 +562,160 @@ async fn a_failed_instance_releases_only_the_gang_it_was_requested_for() {
         on_b,
         vec![vec!["second".to_owned()]],
         "first admitted twice"
+    );
+}
+
+#[tokio::test]
+async fn a_stock_out_is_repaired_with_exactly_the_missing_nodes_for_the_gang_they_were_for() {
+    use gangscaler::model::{ErrorCode, MemoryBackendSpec, SimulatedFailure};
+    use gangscaler::scaleup::{Recorder, Timeouts};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let (recorder, _) =
+        Recorder::open(&path, gangscaler::audit::Config::new(), Timeouts::default()).unwrap();
+    let recorder = Arc::new(recorder);
+    // One group whose first two instances come up and every later one stocks out.
+    let mut g = h100(32);
+    g.backend = gangscaler::model::BackendSpec::Memory(MemoryBackendSpec {
+        create_delay: std::time::Duration::ZERO,
+        provision_delay: std::time::Duration::from_secs(3600),
+        failure: Some(SimulatedFailure {
+            after_instances: 2,
+            code: ErrorCode::Stockout,
+            per_million: SimulatedFailure::ALWAYS,
+        }),
+    });
+    let objects = [
+        gang("a", 4, 4, 8, 0, 10, "2026-11-29T10:00:00Z"),
+        gang("b", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z"),
+    ]
+    .join("---\n");
+    let e = Arc::new(
+        engine_of(vec![g], &objects)
+            .await
+            .with_audit(recorder.clone()),
+    );
+    // CA asks: both gangs whole, a (higher priority) first: 6 nodes, 4 of which stock out
+    // (a's last two and b's two).
+    assert_eq!(e.increase_size("h100", 1).await.unwrap(), 6);
+    let first = decisions(&path).remove(0);
+    let su = first.scale_up_id.clone().unwrap();
+    let mut failed = 0;
+    let mut applied = 6;
+    for round in 0..3 {
+        let listed = e.nodes("h100").await.unwrap();
+        failed = listed.iter().filter(|i| i.error.is_some()).count();
+        // CA asks again for the members left without a node: each gang gets exactly its
+        // missing nodes, claimed for the first scale-up, and no lifecycle of its own.
+        let target = e.increase_size("h100", 1).await.unwrap();
+        let d = decisions(&path).pop().unwrap();
+        let repaired: Vec<(String, u32, Option<String>)> = d
+            .gangs
+            .iter()
+            .map(|g| (g.gang.name.clone(), g.nodes, g.repair_of.clone()))
+            .collect();
+        assert_eq!(
+            repaired,
+            [
+                ("a".to_owned(), 2, Some(su.clone())),
+                ("b".to_owned(), 2, Some(su.clone()))
+            ],
+            "round {round}: {d:?}"
+        );
+        assert!(d.opened_lifecycles().is_empty(), "round {round}");
+        assert!(
+            d.reason.contains("replacing failed instances of"),
+            "{}",
+            d.reason
+        );
+        applied += d.applied_delta;
+        assert_eq!(target, applied);
+        assert_eq!(
+            recorder.open_count(),
+            2,
+            "round {round}: still a's and b's lifecycles alone"
+        );
+    }
+    // Every node requested is the first six or a replacement of a failed one.
+    let listed = e.nodes("h100").await.unwrap();
+    let now_failed = listed.iter().filter(|i| i.error.is_some()).count();
+    assert!(failed >= 4);
+    assert_eq!(applied as usize, 6 + now_failed - 4, "{listed:?}");
+    for i in &listed {
+        let claim = i.claim.as_ref().expect("claimed");
+        assert_eq!(claim.scale_up, su, "{i:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_decision_recorded_but_never_applied_is_ended_at_start_and_its_gang_admitted_afresh() {
+    use gangscaler::audit::{self, Event, Outcome};
+    use gangscaler::model::MemoryBackendSpec;
+    use gangscaler::scaleup::{InstanceSource, Recorder, Timeouts};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let open_recorder = || {
+        Arc::new(
+            Recorder::open(&path, gangscaler::audit::Config::new(), Timeouts::default())
+                .unwrap()
+                .0,
+        )
+    };
+    let mut g = h100(8);
+    g.backend = gangscaler::model::BackendSpec::Memory(MemoryBackendSpec {
+        create_delay: std::time::Duration::from_secs(3600),
+        provision_delay: std::time::Duration::ZERO,
+        failure: None,
+    });
+    let objects = gang("train", 2, 2, 8, 0, 0, "2026-11-29T10:00:00Z");
+    // The first process records its decision and applies it to its backend...
+    let first = Arc::new(
+        engine_of(vec![g.clone()], &objects)
+            .await
+            .with_audit(open_recorder()),
+    );
+    assert_eq!(first.increase_size("h100", 1).await.unwrap(), 2);
+    drop(first);
+    // ...but the backend write is what a kill -9 between the two loses: the next process
+    // finds the decision in the log and a backend that never saw it (the memory backend
+    // starts empty).
+    let e = Arc::new(
+        engine_of(vec![g], &objects)
+            .await
+            .with_audit(open_recorder()),
+    );
+    assert_eq!(e.target_size("h100").await.unwrap(), 0);
+    assert_eq!(
+        InstanceSource::close_unapplied(e.as_ref(), "h100")
+            .await
+            .unwrap(),
+        1,
+        "the lifecycle of train"
+    );
+    let outcomes: Vec<(Outcome, String)> = audit::read_files(std::slice::from_ref(&path))
+        .unwrap()
+        .records
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::Outcome(o) => Some((o.outcome, o.reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+    assert_eq!(outcomes[0].0, Outcome::ProvisionFailed);
+    assert!(
+        outcomes[0].1.starts_with("recorded but never applied"),
+        "{outcomes:?}"
+    );
+    // CA asks again: the gang is no longer in flight, and gets its two nodes whole (before,
+    // it counted as in flight and the call got CA's delta of one).
+    assert_eq!(e.increase_size("h100", 1).await.unwrap(), 2);
+    // Applied now: nothing more to close.
+    assert_eq!(
+        InstanceSource::close_unapplied(e.as_ref(), "h100")
+            .await
+            .unwrap(),
+        0
     );
 }
 

@@ -56,6 +56,7 @@ fn planner_decision(admitted: &[&str], deferred: usize) -> Decision {
         admitted: admitted
             .iter()
             .map(|g| AdmittedGang {
+                repair_of: None,
                 gang: gang_ref(g),
                 priority: 10,
                 extent: Extent::MinCount,
@@ -512,7 +513,7 @@ fn lifecycles_killed_mid_write_reach_their_outcome_exactly_once_after_restarts()
                     .entry((o.scale_up_id.clone(), o.gang.clone().unwrap().name))
                     .or_default()
                     .push(o.outcome),
-                Event::Reservation(_) | Event::Withdrawal(_) => {}
+                Event::Reservation(_) | Event::Withdrawal(_) | Event::Repair(_) => {}
             }
         }
         assert_eq!(decisions.len(), SCALE_UPS as usize, "kills {kills:?}");
@@ -619,7 +620,10 @@ fn a_restart_resumes_open_scale_ups_without_duplicating_or_dropping_records() {
                 .entry(o.gang.as_ref().unwrap().name.clone())
                 .or_default()
                 .push(o.clone()),
-            Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => {}
+            Event::Decision(_)
+            | Event::Reservation(_)
+            | Event::Withdrawal(_)
+            | Event::Repair(_) => {}
         }
     }
     assert_eq!(
@@ -1257,7 +1261,7 @@ fn the_examples_in_the_schema_doc_parse() {
         .skip(1)
         .map(|b| b.split("```").next().unwrap())
         .collect();
-    assert_eq!(blocks.len(), 7);
+    assert_eq!(blocks.len(), 8);
     let mut events = Vec::new();
     for block in blocks {
         let record = Record::parse_line(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
@@ -1276,6 +1280,7 @@ fn the_examples_in_the_schema_doc_parse() {
             "outcome",
             "outcome",
             "reservation",
+            "repair",
             "withdrawal"
         ]
     );

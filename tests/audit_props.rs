@@ -46,6 +46,7 @@ fn decision(id: Option<String>, group: &str, verdict: Verdict, gangs: &[&str]) -
         gangs: gangs
             .iter()
             .map(|g| GangSummary {
+                repair_of: None,
                 gang: gang(g),
                 priority: 0,
                 extent: Extent::Whole,

@@ -40,7 +40,12 @@ fn populated() -> Metrics {
     ] {
         family.get_or_create(&group).observe(1.0);
     }
-    for family in [&m.attach_failures, &m.preemptions, &m.withdrawn_instances] {
+    for family in [
+        &m.attach_failures,
+        &m.preemptions,
+        &m.withdrawn_instances,
+        &m.repairs,
+    ] {
         family.get_or_create(&group).inc();
     }
     for family in [

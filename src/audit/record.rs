@@ -1,11 +1,12 @@
 //! The versioned audit record: one JSON object per line, `{"schema":1,"tsMs":…,"event":…,…}`.
 //!
-//! Five events: [`DecisionEvent`] (every admission decision, rejections included; an accepted
+//! Six events: [`DecisionEvent`] (every admission decision, rejections included; an accepted
 //! one with a `scaleUpId` opens a scale-up in phase [`Phase::Requested`]), [`PhaseEvent`] (a
 //! scale-up, or one gang of it, reached a later lifecycle phase), [`OutcomeEvent`] (it
-//! reached a terminal [`Outcome`]), [`ReservationEvent`] (a node reserved or released) and
-//! [`WithdrawalEvent`] (instances of ended lifecycles withdrawn before they were created). Field names are camelCase; `docs/audit-schema.md` lists
-//! every field. Readers ignore unknown fields, so adding an optional field keeps schema 1;
+//! reached a terminal [`Outcome`]), [`ReservationEvent`] (a node reserved or released),
+//! [`RepairEvent`] (an instance requested for a gang failed and its lifecycle repairs) and
+//! [`WithdrawalEvent`] (instances of ended lifecycles withdrawn before they were created).
+//! Field names are camelCase; `docs/audit-schema.md` lists every field. Readers ignore unknown fields, so adding an optional field keeps schema 1;
 //! renaming or removing one, or changing a meaning, bumps [`SCHEMA_VERSION`].
 
 mod decision;
@@ -20,8 +21,8 @@ pub use decision::{
     ShareSummary, Verdict,
 };
 pub use lifecycle::{
-    Outcome, OutcomeEvent, Phase, PhaseEvent, ReleaseReason, ReservationAction, ReservationEvent,
-    WithdrawalEvent,
+    Outcome, OutcomeEvent, Phase, PhaseEvent, ReleaseReason, RepairEvent, ReservationAction,
+    ReservationEvent, WithdrawalEvent,
 };
 
 use crate::model::GangRef;
@@ -92,6 +93,7 @@ impl Record {
             Event::Outcome(o) => &o.node_group,
             Event::Reservation(r) => &r.node_group,
             Event::Withdrawal(w) => &w.node_group,
+            Event::Repair(r) => &r.node_group,
         }
     }
 
@@ -102,6 +104,7 @@ impl Record {
             Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => None,
             Event::Phase(p) => Some((p.scale_up_id.clone(), p.gang.clone())),
             Event::Outcome(o) => Some((o.scale_up_id.clone(), o.gang.clone())),
+            Event::Repair(r) => Some((r.scale_up_id.clone(), Some(r.gang.clone()))),
         }
     }
 }
@@ -120,6 +123,14 @@ pub enum Event {
     Reservation(ReservationEvent),
     /// Instances of ended lifecycles were withdrawn before they were created.
     Withdrawal(WithdrawalEvent),
+    /// An instance requested for a gang failed; its lifecycle repairs.
+    Repair(RepairEvent),
+}
+
+impl From<RepairEvent> for Event {
+    fn from(e: RepairEvent) -> Self {
+        Self::Repair(e)
+    }
 }
 
 impl From<WithdrawalEvent> for Event {

@@ -148,6 +148,10 @@ pub struct Stats {
     /// Instances in `withdrawal` records (a withdrawal retried after a failure is recorded,
     /// and counted, again).
     pub withdrawn: u64,
+    /// `repair` records: failed instances charged to the gang they were requested for.
+    pub repairs: u64,
+    /// Nodes added by decisions that repair (`gangs[].nodes` with `repairOf`).
+    pub repair_nodes: u64,
 }
 
 #[derive(Default)]
@@ -387,6 +391,13 @@ impl Report {
                 }
             );
         }
+        if self.overall.repairs > 0 || self.overall.repair_nodes > 0 {
+            let _ = writeln!(
+                s,
+                "\nrepairs: {} failed instance(s) charged to their gangs; {} node(s) added to replace them",
+                self.overall.repairs, self.overall.repair_nodes
+            );
+        }
         if self.overall.withdrawn > 0 {
             let _ = writeln!(
                 s,
@@ -440,7 +451,7 @@ fn lifecycles(records: &[Record]) -> BTreeMap<Key, Lifecycle<'_>> {
                     .or_insert(r.ts_ms);
                 *at = (*at).min(r.ts_ms);
             }
-            Event::Reservation(_) | Event::Withdrawal(_) => {}
+            Event::Reservation(_) | Event::Withdrawal(_) | Event::Repair(_) => {}
         }
     }
     for (key, at) in closed {
@@ -495,11 +506,13 @@ fn add(acc: &mut Acc, r: &Record) {
             }
             s.nodes_asked += u64::from(d.ca_delta);
             s.nodes_applied += u64::from(d.applied_delta);
+            s.repair_nodes += d.repairs().iter().map(|(_, n)| u64::from(*n)).sum::<u64>();
         }
         Event::Phase(_) => {}
         Event::Withdrawal(w) => {
             s.withdrawn += u64::try_from(w.claims.len()).unwrap_or(u64::MAX);
         }
+        Event::Repair(_) => s.repairs += 1,
         Event::Reservation(r) => match (r.action, r.reason) {
             (ReservationAction::Reserved, _) => s.reserved += 1,
             (ReservationAction::Released, reason) => {

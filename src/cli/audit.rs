@@ -250,6 +250,7 @@ pub(super) fn run_lifecycle_stress(
             continue;
         }
         let summary = |side| GangSummary {
+            repair_of: None,
             gang: gang(k, side),
             priority: 0,
             extent: Extent::Whole,

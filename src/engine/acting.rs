@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tracing::info;
 
+use super::admission::Resumed;
 use super::{Engine, Result};
 use crate::model::{GangRef, NodeGroupId};
 use crate::scaleup::Recorder;
@@ -57,7 +58,7 @@ impl Engine {
         let (Some(admission), Some(recorder)) = (&self.admission, self.audit.get()) else {
             return;
         };
-        let entries: Vec<_> = recorder
+        let entries: Vec<Resumed> = recorder
             .open_scale_ups()
             .into_iter()
             .filter(|o| o.phase < crate::audit::Phase::GangFormed)
@@ -68,12 +69,18 @@ impl Engine {
                 } else {
                     o.nodes
                 };
-                Some((
-                    GangRef::from(gang),
-                    NodeGroupId::new(&o.node_group),
-                    nodes,
-                    o.requested_at_ms.div_euclid(1000),
-                ))
+                Some(Resumed {
+                    gang: GangRef::from(gang),
+                    group: NodeGroupId::new(&o.node_group),
+                    nodes: nodes.saturating_add(o.repair.replaced),
+                    since_unix: o.last_request_ms().div_euclid(1000),
+                    failed: o
+                        .repair
+                        .failed
+                        .iter()
+                        .map(|i| (i.clone(), o.scale_up_id.clone()))
+                        .collect(),
+                })
             })
             .collect();
         if !entries.is_empty() {

@@ -1,6 +1,13 @@
 //! Gang admission inside `NodeGroupIncreaseSize`: reads the current gangs from a
 //! [`GangSource`], asks the pure planner for a decision, and remembers the nodes requested for
 //! each admitted gang (in flight) so that the next call does not ask for them again.
+//!
+//! **Repair.** A failed instance requested for a gang is charged to that gang alone
+//! ([`Admission::charge_failed`]): its nodes in flight drop by one, so the next call on the
+//! same group admits exactly the missing nodes, as a repair of the scale-up the instance was
+//! requested for ([`AdmittedGang::repair_of`](crate::planner::AdmittedGang::repair_of)).
+//! Other gangs' nodes in flight stay counted. A gang all of whose nodes in flight failed no
+//! longer counts as in flight elsewhere, so another group may admit it afresh.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -75,6 +82,38 @@ struct InFlight {
     group: NodeGroupId,
     nodes: u32,
     since_unix: i64,
+    /// Failed instances charged to the gang, by id, each with the scale-up it was requested
+    /// for.
+    failed: BTreeMap<String, String>,
+}
+
+impl InFlight {
+    /// Nodes requested and not failed.
+    fn live(&self) -> u32 {
+        self.nodes
+            .saturating_sub(u32::try_from(self.failed.len()).unwrap_or(u32::MAX))
+    }
+
+    /// The scale-up a repair replaces failed instances of: the latest one with a failure.
+    fn repair_of(&self) -> Option<&String> {
+        self.failed.values().max()
+    }
+}
+
+/// Nodes requested for a gang before a restart, as the audit log has them (see
+/// [`Admission::resume`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resumed {
+    /// The gang.
+    pub gang: GangRef,
+    /// The group its nodes were requested on.
+    pub group: NodeGroupId,
+    /// Nodes requested for it, repairs included.
+    pub nodes: u32,
+    /// When they were last requested, unix seconds.
+    pub since_unix: i64,
+    /// Its failed instances, by id, with the scale-up each was requested for.
+    pub failed: BTreeMap<String, String>,
 }
 
 /// Admission state: the policy, the gang source and the in-flight ledger.
@@ -191,6 +230,7 @@ impl Admission {
     ) -> (Decision, Vec<Decision>) {
         let shape = NodeShape::from_group(group, gpu_label);
         let (in_flight, elsewhere) = self.in_flight_for(view, &group.id, now_unix);
+        let repairs = self.repairs_on(&group.id);
         // Composites first: their children never go through the per-group admission.
         let mut shapes: Vec<(&NodeGroupSpec, Option<NodeShape>, u32)> =
             std::iter::once((group, shape.clone(), target))
@@ -248,7 +288,7 @@ impl Admission {
                 .collect();
             planner::nodes_for_pods(&hostable, shape).unwrap_or(0)
         });
-        let base = planner::admit(&AdmissionInput {
+        let mut base = planner::admit(&AdmissionInput {
             group: &group.id,
             shape: shape.as_ref(),
             max_size: group.max_size,
@@ -261,6 +301,7 @@ impl Admission {
             ungrouped_nodes,
             deferred_composites: &deferred_composites,
         });
+        base.mark_repairs(&repairs);
         planner::combine(base, &plan, &slots, ca_delta)
     }
 
@@ -270,40 +311,61 @@ impl Admission {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .map(|(g, f)| (g.clone(), (f.group.clone(), f.nodes)))
+            .map(|(g, f)| (g.clone(), (f.group.clone(), f.live())))
             .collect()
     }
 
-    /// Remembers nodes requested before a restart: `(gang, group, nodes, requested at unix
-    /// seconds)` for each gang whose scale-up is still open and not formed, as the audit log
-    /// has them, so that a restart neither forgets nor requests them again. Existing entries
-    /// are kept.
-    pub fn resume(&self, entries: impl IntoIterator<Item = (GangRef, NodeGroupId, u32, i64)>) {
+    /// The gangs with failed instances on `group`, each with the scale-up a repair is for.
+    fn repairs_on(&self, group: &NodeGroupId) -> BTreeMap<GangRef, String> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(_, f)| &f.group == group)
+            .filter_map(|(g, f)| Some((g.clone(), f.repair_of()?.clone())))
+            .collect()
+    }
+
+    /// Remembers nodes requested before a restart, for each gang whose scale-up is still open
+    /// and not formed, as the audit log has them (failed instances included), so that a
+    /// restart neither forgets nor requests them again, and repairs what failed. Existing
+    /// entries are kept.
+    pub fn resume(&self, entries: impl IntoIterator<Item = Resumed>) {
         let mut ledger = self
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        for (gang, group, nodes, since_unix) in entries {
-            ledger.entry(gang).or_insert(InFlight {
-                group,
-                nodes,
-                since_unix,
+        for r in entries {
+            ledger.entry(r.gang).or_insert(InFlight {
+                group: r.group,
+                nodes: r.nodes,
+                since_unix: r.since_unix,
+                failed: r.failed,
             });
         }
     }
 
-    /// Remembers the nodes an applied decision requested for each admitted gang.
+    /// Remembers the nodes an applied decision requested for each admitted gang: added to
+    /// what is in flight for it on the same group (a repair, or more of a gang admitted at
+    /// `minCount`), or in place of what was on another group.
     pub fn record(&self, decision: &Decision, now_unix: i64) {
         let mut ledger = self
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for a in &decision.admitted {
-            let entry = ledger.entry(a.gang.clone()).or_insert_with(|| InFlight {
+            let fresh = InFlight {
                 group: decision.group.clone(),
                 nodes: 0,
                 since_unix: now_unix,
-            });
+                failed: BTreeMap::new(),
+            };
+            let entry = ledger
+                .entry(a.gang.clone())
+                .or_insert_with(|| fresh.clone());
+            if entry.group != decision.group {
+                *entry = fresh;
+            }
             entry.nodes = entry.nodes.saturating_add(a.nodes);
             entry.since_unix = now_unix;
         }
@@ -335,20 +397,42 @@ impl Admission {
         }
     }
 
-    /// Forgets the nodes requested on `group` for the gangs whose instances failed in
-    /// `instances`, a listing of the group: a failed instance claimed for a gang releases that
-    /// gang alone, so other gangs' nodes in flight on the group stay counted; a failed
-    /// instance without a gang claim (a backend that keeps none, or one requested before
-    /// claims were kept) releases every gang of the group, as [`Self::release`].
-    pub fn release_failed(&self, group: &str, instances: &[crate::model::Instance]) {
-        let mut gangs: Vec<(&str, &str)> = Vec::new();
+    /// Charges the failed instances of `instances`, a listing of `group`, to the gangs they
+    /// were requested for: a failed instance claimed for a gang in flight on the group counts
+    /// once against that gang alone (see the module docs), so other gangs' nodes in flight
+    /// stay counted; a failed instance without a gang claim (a backend that keeps none, or
+    /// one requested before claims were kept) releases every gang of the group, as
+    /// [`Self::release`].
+    pub fn charge_failed(&self, group: &str, instances: &[crate::model::Instance]) {
+        let mut charged: Vec<(&crate::model::Claim, &str)> = Vec::new();
         for i in instances.iter().filter(|i| i.error.is_some()) {
-            match i.claim.as_ref().and_then(|c| c.gang.as_ref()) {
-                Some((ns, name)) => gangs.push((ns, name)),
+            match i.claim.as_ref().filter(|c| c.gang.is_some()) {
+                Some(claim) => charged.push((claim, i.id.as_str())),
                 None => return self.release(group),
             }
         }
-        self.release_gangs(group, &gangs);
+        if charged.is_empty() {
+            return;
+        }
+        let mut ledger = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (claim, instance) in charged {
+            let Some((ns, name)) = claim.gang.as_ref() else {
+                continue;
+            };
+            let entry = ledger
+                .iter_mut()
+                .find(|(g, f)| f.group.as_str() == group && g.namespace == *ns && g.name == *name);
+            if let Some((gang, f)) = entry
+                && f.failed
+                    .insert(instance.to_owned(), claim.scale_up.clone())
+                    .is_none()
+            {
+                tracing::info!(node_group.id = group, %gang, instance, scale_up.id = %claim.scale_up, live = f.live(), "a failed instance is charged to the gang it was requested for: its next increase repairs it");
+            }
+        }
     }
 
     /// Forgets the nodes requested on `group` for `gangs` (namespace, name): they failed or
@@ -389,11 +473,11 @@ impl Admission {
         let here = ledger
             .iter()
             .filter(|(_, f)| &f.group == group)
-            .map(|(g, f)| (g.clone(), f.nodes))
+            .map(|(g, f)| (g.clone(), f.live()))
             .collect();
         let elsewhere = ledger
             .iter()
-            .filter(|(_, f)| &f.group != group && f.nodes > 0)
+            .filter(|(_, f)| &f.group != group && f.live() > 0)
             .map(|(g, f)| (g.clone(), f.group.clone()))
             .collect();
         (here, elsewhere)
@@ -467,7 +551,13 @@ status: {{phase: Pending}}
         // The same process after a restart, with the request resumed from the audit log:
         // the gang's two nodes are on their way, so nothing is requested again for it.
         let (restarted, group) = admission();
-        restarted.resume([(gang_ref(), group.id.clone(), 2, now - 10)]);
+        restarted.resume([Resumed {
+            gang: gang_ref(),
+            group: group.id.clone(),
+            nodes: 2,
+            since_unix: now - 10,
+            failed: BTreeMap::new(),
+        }]);
         let d = restarted
             .decide(&group, "nvidia.com/gpu.product", 2, 1, &[], now)
             .unwrap()
@@ -475,6 +565,35 @@ status: {{phase: Pending}}
         assert_eq!(d.covered.len(), 1, "{d:?}");
         assert!(d.admitted.is_empty(), "{d:?}");
         assert_ne!(d.rule, Rule::GangsAdmitted, "{d:?}");
+    }
+
+    #[test]
+    fn a_resumed_gang_with_a_failed_instance_gets_exactly_the_missing_node_as_a_repair() {
+        let (restarted, group) = admission();
+        let now = 1_800_000_000;
+        // Before the restart: two nodes requested by su-1, one of which failed (a `repair`
+        // record), none replaced yet.
+        restarted.resume([Resumed {
+            gang: gang_ref(),
+            group: group.id.clone(),
+            nodes: 2,
+            since_unix: now - 10,
+            failed: BTreeMap::from([("i-2".to_owned(), "su-1".to_owned())]),
+        }]);
+        let d = restarted
+            .decide(&group, "nvidia.com/gpu.product", 2, 1, &[], now)
+            .unwrap()
+            .0;
+        assert_eq!(d.applied_delta, 1, "{d:?}");
+        assert_eq!(d.admitted[0].repair_of.as_deref(), Some("su-1"), "{d:?}");
+        restarted.record(&d, now);
+        // Replaced: the gang is covered again.
+        let d = restarted
+            .decide(&group, "nvidia.com/gpu.product", 3, 1, &[], now + 5)
+            .unwrap()
+            .0;
+        assert!(d.admitted.is_empty(), "{d:?}");
+        assert_eq!(d.covered.len(), 1, "{d:?}");
     }
 
     #[test]

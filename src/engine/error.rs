@@ -76,6 +76,19 @@ pub enum Error {
         /// The write error and its causes.
         why: String,
     },
+    /// A scale-up recorded but never applied was due to be ended, but its outcome could not be
+    /// made durable; the next lifecycle tick tries again.
+    #[error(
+        "node group {group}: scale-up {scale_up} was recorded but never applied, and its end could not be recorded in the audit log ({why})"
+    )]
+    UnappliedUnrecorded {
+        /// Group.
+        group: NodeGroupId,
+        /// The scale-up.
+        scale_up: String,
+        /// The write error and its causes.
+        why: String,
+    },
     /// Instances of ended lifecycles were due to be withdrawn, but the record of it could not
     /// be made durable, so nothing was withdrawn; the next lifecycle tick tries again.
     #[error(

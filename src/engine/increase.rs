@@ -319,7 +319,8 @@ impl Engine {
 }
 
 /// The claims of the instances `decision` requests under its recorded scale-up `id`: each
-/// admitted gang's nodes claimed for that gang, in the order the decision lists them, and any
+/// admitted gang's nodes claimed for that gang (under the scale-up a repair is for), in the
+/// order the decision lists them, and any
 /// nodes past theirs (pods outside gangs) for the scale-up alone. None without a scale-up id
 /// (no audit log): there is nothing to attribute to.
 fn claims(decision: &Decision, id: Option<&str>) -> Vec<Claim> {
@@ -330,7 +331,9 @@ fn claims(decision: &Decision, id: Option<&str>) -> Vec<Claim> {
         .admitted
         .iter()
         .flat_map(|a| {
-            let claim = Claim::for_gang(id, &a.gang.namespace, &a.gang.name);
+            // A repair's nodes belong to the lifecycle whose failed instances they replace.
+            let for_id = a.repair_of.as_deref().unwrap_or(id);
+            let claim = Claim::for_gang(for_id, &a.gang.namespace, &a.gang.name);
             std::iter::repeat_n(claim, a.nodes as usize)
         })
         .take(decision.applied_delta as usize)

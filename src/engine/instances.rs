@@ -35,6 +35,17 @@ impl InstanceSource for Engine {
             })
     }
 
+    /// Ends the group's scale-ups recorded but never applied (see the private `unapplied`
+    /// module).
+    async fn close_unapplied(&self, group: &str) -> Result<u32, InstancesError> {
+        Engine::close_unapplied(self, group)
+            .await
+            .map_err(|e| match e {
+                Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),
+                e => InstancesError::Backend(Box::new(e)),
+            })
+    }
+
     /// Whether the group's backend keeps claims; false for a group no longer configured.
     fn keeps_claims(&self, group: &str) -> bool {
         self.group(group)

@@ -28,7 +28,8 @@ pub fn code(e: &Error) -> Code {
         | Error::ViewStale { .. }
         | Error::NotLeader(_)
         | Error::AuditUnwritable { .. }
-        | Error::WithdrawalUnrecorded { .. } => Code::Unavailable,
+        | Error::WithdrawalUnrecorded { .. }
+        | Error::UnappliedUnrecorded { .. } => Code::Unavailable,
         Error::Provision(p) => match p {
             provision::Error::AboveMax { .. }
             | provision::Error::BelowMin { .. }
@@ -189,6 +190,14 @@ mod tests {
                 Error::WithdrawalUnrecorded {
                     group: g(),
                     instances: 2,
+                    why: "writing audit log /a: No space left on device (os error 28)".into(),
+                },
+                Code::Unavailable,
+            ),
+            (
+                Error::UnappliedUnrecorded {
+                    group: g(),
+                    scale_up: "su-1-1".into(),
                     why: "writing audit log /a: No space left on device (os error 28)".into(),
                 },
                 Code::Unavailable,

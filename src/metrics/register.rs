@@ -97,6 +97,11 @@ impl Metrics {
             self.withdrawn_instances.clone(),
         );
         s.register(
+            "repairs",
+            "failed instances charged to the gang they were requested for, whose scale-up repairs instead of failing, by node group",
+            self.repairs.clone(),
+        );
+        s.register(
             "open",
             "scale-up lifecycles not ended yet",
             self.scale_ups_open.clone(),

@@ -266,6 +266,7 @@ fn take(input: &AdmissionInput<'_>, sorted: Sorted<'_>, headroom: u32) -> Taken 
             nodes_all: c.nodes_all,
             nodes_min: c.nodes_min,
             in_flight: c.in_flight,
+            repair_of: None,
         });
     }
     taken

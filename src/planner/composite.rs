@@ -295,6 +295,7 @@ fn place_one(
                     nodes_all: all,
                     nodes_min: min,
                     in_flight: 0,
+                    repair_of: None,
                 });
             }
             Err(why) => {

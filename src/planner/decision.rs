@@ -2,6 +2,7 @@
 //! [`admit`](mod@super::admit)'s module docs that produced it, the gangs admitted, deferred and
 //! covered, and the one sentence that names the numbers.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -120,6 +121,9 @@ pub struct AdmittedGang {
     pub nodes_min: u32,
     /// Nodes already requested for it and not yet used.
     pub in_flight: u32,
+    /// The scale-up whose failed instances these nodes replace: set by the caller, which
+    /// keeps the in-flight ledger, for a gang whose in-flight nodes failed on this group.
+    pub repair_of: Option<String>,
 }
 
 /// A gang this group could host but that does not fit the headroom left, or that is held
@@ -249,6 +253,23 @@ impl Decision {
     pub fn kind(&self) -> &'static str {
         self.rule.as_str()
     }
+
+    /// Marks each admitted gang found in `repairs` (gang → the scale-up whose failed
+    /// instances on this group its nodes replace) as a repair, and says so in the reason.
+    pub fn mark_repairs(&mut self, repairs: &BTreeMap<GangRef, String>) {
+        let mut marked = false;
+        for a in &mut self.admitted {
+            if let Some(of) = repairs.get(&a.gang) {
+                a.repair_of = Some(of.clone());
+                marked = true;
+            }
+        }
+        if marked {
+            // Only a decision that admits gangs marks any, and its sentence does not depend
+            // on the template.
+            self.reason = explain(self, false);
+        }
+    }
 }
 
 /// At most this many gangs are named in a reason; the record lists them all.
@@ -309,9 +330,11 @@ pub(super) fn explain(d: &Decision, no_template: bool) -> String {
                 "admitted {} gang(s) needing {} nodes ({}); CA asked {ca}, applying {applied} ({how})",
                 d.admitted.len(),
                 d.gang_nodes,
-                names(&d.admitted, |a| match a.extent {
-                    Extent::Whole => format!("{} {}", a.gang, a.nodes),
-                    Extent::MinCount => format!("{} {} for minCount", a.gang, a.nodes),
+                names(&d.admitted, |a| match (&a.repair_of, a.extent) {
+                    (Some(of), _) =>
+                        format!("{} {} replacing failed instances of {of}", a.gang, a.nodes),
+                    (None, Extent::Whole) => format!("{} {}", a.gang, a.nodes),
+                    (None, Extent::MinCount) => format!("{} {} for minCount", a.gang, a.nodes),
                 })
             )
         }

@@ -7,7 +7,9 @@
 
 use super::recorder::Appended;
 use crate::audit::{Event as AuditEvent, GangId, Outcome, Phase};
-use crate::events::{REASON_FAILED, REASON_FORMED, REASON_SUCCEEDED, REASON_VOLUMES_ATTACHED};
+use crate::events::{
+    REASON_FAILED, REASON_FORMED, REASON_REPAIRING, REASON_SUCCEEDED, REASON_VOLUMES_ATTACHED,
+};
 use crate::model::GangRef;
 
 /// The events an appended lifecycle record produces (gang lifecycles only), each as `(gang,
@@ -65,6 +67,15 @@ pub fn events_for(appended: &Appended) -> Vec<(GangRef, &'static str, &'static s
                 ),
             ));
         }
+        AuditEvent::Repair(r) => out.push((
+            gang_ref(&r.gang),
+            REASON_REPAIRING,
+            "Warning",
+            format!(
+                "scale-up {} of node group {}: instance {} failed ({}); the gang waits for a replacement ({} failed, {} replaced so far)",
+                r.scale_up_id, r.node_group, r.instance, r.reason, r.failed, r.replaced
+            ),
+        )),
         AuditEvent::Decision(_) | AuditEvent::Reservation(_) | AuditEvent::Withdrawal(_) => {}
     }
     out
@@ -90,6 +101,7 @@ mod tests {
         let gang = match &event {
             AuditEvent::Phase(p) => p.gang.clone(),
             AuditEvent::Outcome(o) => o.gang.clone(),
+            AuditEvent::Repair(r) => Some(r.gang.clone()),
             AuditEvent::Decision(_) | AuditEvent::Reservation(_) | AuditEvent::Withdrawal(_) => {
                 None
             }
@@ -106,6 +118,7 @@ mod tests {
                 requested_at_ms: 0,
                 formed_at_ms: formed_before,
                 attached_at_ms: None,
+                repair: crate::scaleup::Repair::default(),
             }),
         }
     }

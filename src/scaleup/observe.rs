@@ -6,8 +6,9 @@
 //! **Which nodes are a scale-up's.** Where the group's backend keeps claims (memory, kwok:
 //! [`GroupFacts::by_claim`]), by claim: a scale-up's nodes, pending and failed instances are
 //! the ones claimed for it, and a gang lifecycle's the ones claimed for its gang (its phase
-//! counts them against the gang's own node count, and only its own failed instances end it
-//! `provisionFailed`). Instances without a claim there count for no scale-up.
+//! counts them against the gang's own node count). A gang lifecycle's own failed instances do
+//! not end it: while its gang has not formed they are handed to the tracker to repair
+//! ([`Observation::failed`]). Instances without a claim there count for no scale-up.
 //!
 //! Elsewhere (Cluster API: a Machine cannot be named when it is requested) nodes carry no
 //! scale-up id, so they are attributed first come, first served: per node group, open
@@ -23,7 +24,7 @@
 //! `cancelled` (the gang is gone), `preempted` (a member has `DisruptionTarget`),
 //! `attachFailed` (a VolumeAttachment reports an attach error), `succeeded` (volumes attached
 //! and at least `minCount` members `Running`), `provisionFailed` (the gang has not formed and
-//! instances attributed to its scale-up failed).
+//! instances attributed to its scale-up failed, where attribution is not by claim).
 
 use std::collections::BTreeMap;
 
@@ -51,6 +52,8 @@ struct Share<'a> {
     registered: u32,
     ready: u32,
     failed: Vec<String>,
+    /// By claim: the failed instances, each as `(instance, what the backend said)`.
+    charged: Vec<(String, String)>,
     /// Names of the registered nodes.
     nodes: Vec<&'a str>,
 }
@@ -63,7 +66,7 @@ pub fn observe(open: &[Open], facts: &Facts) -> BTreeMap<Key, Observation> {
         .filter_map(|o| {
             let share = shares.get(&o.scale_up_id)?;
             let observation = match gang_share(o, facts) {
-                Some(own) => observe_one(o, o.gang_nodes, &own, facts),
+                Some(own) => observe_one(o, o.gang_nodes, &own, facts).repairing(&own),
                 None => observe_one(o, o.nodes, share, facts),
             };
             Some((o.key(), observation))
@@ -80,7 +83,10 @@ fn gang_share<'a>(open: &Open, facts: &'a Facts) -> Option<Share<'a>> {
         .as_ref()
         .filter(|_| g.by_claim && open.gang_nodes > 0)?;
     let claim = Claim::for_gang(&open.scale_up_id, &gang.namespace, &gang.name);
-    Some(claimed_share(g.claimed.get(&claim).into_iter()))
+    let mut own = claimed_share(g.claimed.get(&claim).into_iter());
+    // Repaired rather than failed: see `Observation::repairing`.
+    own.failed.clear();
+    Some(own)
 }
 
 /// One share of the instances of `claims`: their nodes oldest first, then their pending and
@@ -91,7 +97,10 @@ fn claimed_share<'a>(claims: impl Iterator<Item = &'a Claimed>) -> Share<'a> {
     for c in claims {
         nodes.extend(&c.nodes);
         share.created = share.created.saturating_add(c.pending);
-        share.failed.extend(c.failed.iter().cloned());
+        share.charged.extend(c.failed.iter().cloned());
+        share
+            .failed
+            .extend(c.failed.iter().map(|(_, why)| why.clone()));
     }
     nodes.sort_by(|a, b| (a.created_unix, &a.name).cmp(&(b.created_unix, &b.name)));
     for node in nodes {
@@ -176,6 +185,17 @@ fn attribute<'a>(open: &[Open], facts: &'a Facts) -> BTreeMap<String, Share<'a>>
         }
     }
     shares
+}
+
+impl Observation {
+    /// A gang lifecycle attributed by claim: its failed instances are repaired, not an
+    /// outcome, while its gang has not formed.
+    fn repairing(mut self, own: &Share<'_>) -> Self {
+        if self.phase < Phase::GangFormed {
+            self.failed = own.charged.clone();
+        }
+        self
+    }
 }
 
 fn node_phase(n: u32, share: &Share<'_>) -> Phase {

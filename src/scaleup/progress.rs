@@ -360,8 +360,8 @@ pub struct Claimed {
     pub nodes: Vec<NodeProgress>,
     /// Instances neither failed nor registered yet.
     pub pending: u32,
-    /// Failed instances, one description each.
-    pub failed: Vec<String>,
+    /// Failed instances, each as `(instance id, "<node name>: <code>: <message>")`.
+    pub failed: Vec<(String, String)>,
 }
 
 impl Claimed {
@@ -370,7 +370,7 @@ impl Claimed {
     fn add(&mut self, i: Instance, nodes: &NodeTable) {
         if let Some(e) = &i.error {
             self.failed
-                .push(format!("{}: {}: {}", i.node_name, e.code, e.message));
+                .push((i.id, format!("{}: {}: {}", i.node_name, e.code, e.message)));
         } else if let Some(node) = nodes.get(&i.node_name) {
             self.nodes.extend(NodeProgress::of(i.node_name, node));
         } else if i.state != InstanceState::Deleting {
@@ -395,7 +395,7 @@ pub fn group_facts(instances: Vec<Instance>, nodes: &NodeTable, by_claim: bool) 
     GroupFacts {
         nodes: unclaimed.nodes,
         pending: unclaimed.pending,
-        failed: unclaimed.failed,
+        failed: unclaimed.failed.into_iter().map(|(_, why)| why).collect(),
         by_claim,
         claimed,
     }

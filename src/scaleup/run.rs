@@ -89,6 +89,16 @@ pub trait InstanceSource: Send + Sync {
         Ok(0)
     }
 
+    /// Ends `group`'s open lifecycles whose scale-up was recorded and never applied (the
+    /// provider stopped between the record and the backend write); returns how many. Called
+    /// on the first tick after a start. Nothing by default.
+    ///
+    /// # Errors
+    /// As [`InstanceSource::instances`].
+    async fn close_unapplied(&self, _group: &str) -> Result<u32, InstancesError> {
+        Ok(0)
+    }
+
     /// Whether `group`'s backend keeps the claims of its instances, so that they are
     /// attributed by claim (see [`observe`](mod@super::observe)). None by default.
     fn keeps_claims(&self, _group: &str) -> bool {
@@ -273,13 +283,23 @@ impl Loop {
     /// Withdraws the capacity not created yet of lifecycles that have ended: on the groups
     /// of the lifecycles open at the start of this tick (the ones that ended during it
     /// included), and on the first tick on every configured group, so that a withdrawal a
-    /// restart interrupted is finished. A failure is retried at the next tick.
+    /// restart interrupted is finished. That first pass also ends the lifecycles recorded but
+    /// never applied before the start. A failure is retried at the next tick.
     async fn withdraw_ended(&mut self, open: &[Open]) {
         let mut groups: BTreeSet<String> = open.iter().map(|o| o.node_group.clone()).collect();
+        let mut all_done = true;
         if !self.swept {
             groups.extend(self.instances.reservations().into_keys());
+            for group in &groups {
+                match self.instances.close_unapplied(group).await {
+                    Ok(_) | Err(InstancesError::GroupNotFound(_)) => {}
+                    Err(e) => {
+                        all_done = false;
+                        warn!(node_group.id = %group, error = %Chain(&e), "ending the scale-ups recorded but never applied failed; will retry");
+                    }
+                }
+            }
         }
-        let mut all_done = true;
         for group in &groups {
             match self.instances.withdraw_ended(group).await {
                 Ok(_) | Err(InstancesError::GroupNotFound(_)) => {}
@@ -483,6 +503,23 @@ pub fn count(m: &Metrics, a: &Appended) {
                 duration_ms = o.duration_ms,
                 reason = %o.reason,
                 "scale-up ended"
+            );
+        }
+        Event::Repair(r) => {
+            m.repairs
+                .get_or_create(&GroupLabels {
+                    node_group: r.node_group.clone(),
+                })
+                .inc();
+            warn!(
+                scale_up.id = %r.scale_up_id,
+                node_group.id = %r.node_group,
+                gang = %r.gang,
+                instance = %r.instance,
+                reason = %r.reason,
+                failed = r.failed,
+                replaced = r.replaced,
+                "an instance requested for a gang failed; its scale-up repairs"
             );
         }
         Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => {

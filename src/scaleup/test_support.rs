@@ -34,6 +34,7 @@ pub(crate) fn decision(id: Option<&str>, verdict: Verdict, gangs: &[&str]) -> De
                 extent: Extent::Whole,
                 nodes: 1,
                 in_flight: 0,
+                repair_of: None,
             })
             .collect(),
         deferred: Vec::new(),

@@ -4,6 +4,12 @@
 //! An accepted [`DecisionEvent`](crate::audit::DecisionEvent) with a `scaleUpId` opens one
 //! lifecycle per admitted gang (or one without a gang), in phase [`Phase::Requested`]; a
 //! [`PhaseEvent`] moves it forward (never back); an [`OutcomeEvent`] closes it.
+//!
+//! **Repair.** A [`RepairEvent`] charges one failed instance to a gang's lifecycle, which stays
+//! open ([`Repair`]): the gang is then missing that node until a later decision adds one for
+//! it with `repairOf` naming this scale-up. A repairing lifecycle ends only at a deadline
+//! (registration counts from its latest repair), or as `provisionFailed` once its gang is
+//! admitted afresh by a later scale-up (on another group, whose nodes it did not get).
 //! [`Tracker::plan`] compares each open lifecycle with what the cluster shows now (an
 //! [`Observation`], supplied by the caller, see [`observe`](super::observe())) and returns the
 //! records that bring the log up to date: one [`PhaseEvent`] if a later phase is observed, and
@@ -13,12 +19,12 @@
 //! [`Recorder`](super::Recorder) appends the records and applies them. Depends on `audit`'s
 //! record types only.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use crate::audit::record::elapsed_ms;
-use crate::audit::{Event, GangId, Outcome, OutcomeEvent, Phase, PhaseEvent, Record};
+use crate::audit::{Event, GangId, Outcome, OutcomeEvent, Phase, PhaseEvent, Record, RepairEvent};
 
 /// Identity of one lifecycle: a scale-up and, when it was for gangs, one of them.
 pub type Key = (String, Option<GangId>);
@@ -72,12 +78,43 @@ pub struct Open {
     pub formed_at_ms: Option<i64>,
     /// When its volumes were recorded as attached.
     pub attached_at_ms: Option<i64>,
+    /// Its failed instances and their replacements.
+    pub repair: Repair,
 }
 
 impl Open {
     /// Its key.
     pub fn key(&self) -> Key {
         (self.scale_up_id.clone(), self.gang.clone())
+    }
+
+    /// When nodes were last requested for it: its latest repair, else its request.
+    pub fn last_request_ms(&self) -> i64 {
+        self.repair
+            .last_request_ms
+            .map_or(self.requested_at_ms, |r| r.max(self.requested_at_ms))
+    }
+}
+
+/// A gang lifecycle's failed instances, each charged once by a [`RepairEvent`], and the nodes
+/// repair decisions added for it since.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Repair {
+    /// The failed instances, by id.
+    pub failed: BTreeSet<String>,
+    /// Nodes added by decisions that repair it (`repairOf`).
+    pub replaced: u32,
+    /// When the latest of those decisions was recorded, unix milliseconds.
+    pub last_request_ms: Option<i64>,
+}
+
+impl Repair {
+    /// Nodes the gang is missing: failed instances not replaced yet.
+    pub fn missing(&self) -> u32 {
+        u32::try_from(self.failed.len())
+            .unwrap_or(u32::MAX)
+            .saturating_sub(self.replaced)
     }
 }
 
@@ -94,6 +131,9 @@ pub struct Observation {
     pub attach_failures: u32,
     /// Detail for the phase record, e.g. `3/4 nodes ready`.
     pub detail: Option<String>,
+    /// Failed instances charged to the lifecycle's gang while it has not formed, each as
+    /// `(instance, what the backend said)`: each one not yet recorded gets a [`RepairEvent`].
+    pub failed: Vec<(String, String)>,
 }
 
 impl Observation {
@@ -105,7 +145,15 @@ impl Observation {
             pending_since_ms: None,
             attach_failures: 0,
             detail: None,
+            failed: Vec::new(),
         }
+    }
+
+    /// Sets the failed instances to repair.
+    #[must_use]
+    pub fn with_failed(mut self, failed: Vec<(String, String)>) -> Self {
+        self.failed = failed;
+        self
     }
 
     /// Sets a terminal outcome.
@@ -207,11 +255,17 @@ impl Tracker {
     pub fn apply(&mut self, record: &Record) {
         match &record.event {
             Event::Decision(d) => {
-                let opened = d.opened_lifecycles();
-                if opened.is_empty() {
+                for (key, nodes) in d.repairs() {
+                    if let Some(open) = self.open.get_mut(&key) {
+                        open.repair.replaced = open.repair.replaced.saturating_add(nodes);
+                        open.repair.last_request_ms = Some(record.ts_ms);
+                    }
+                }
+                if d.scale_up_id.is_none() || !d.is_accepted() {
                     return;
                 }
                 self.issued += 1;
+                let opened = d.opened_lifecycles();
                 for (id, gang) in opened {
                     let key = (id.clone(), gang.clone());
                     let gang_nodes = d
@@ -229,6 +283,7 @@ impl Tracker {
                         requested_at_ms: record.ts_ms,
                         formed_at_ms: None,
                         attached_at_ms: None,
+                        repair: Repair::default(),
                     });
                 }
             }
@@ -246,8 +301,15 @@ impl Tracker {
                     requested_at_ms: p.requested_at_ms(),
                     formed_at_ms: None,
                     attached_at_ms: None,
+                    repair: Repair::default(),
                 });
                 advance(open, p.phase, p.at_ms);
+            }
+            Event::Repair(r) => {
+                let key = (r.scale_up_id.clone(), Some(r.gang.clone()));
+                if let Some(open) = self.open.get_mut(&key) {
+                    open.repair.failed.insert(r.instance.clone());
+                }
             }
             Event::Outcome(o) => {
                 self.open.remove(&(o.scale_up_id.clone(), o.gang.clone()));
@@ -257,13 +319,15 @@ impl Tracker {
     }
 
     /// The records that bring `open`'s lifecycle up to date with `obs` at `now_ms`: at most one
-    /// [`PhaseEvent`] and one [`OutcomeEvent`], in that order. Pure.
+    /// [`PhaseEvent`], one [`RepairEvent`] per failed instance not recorded yet, and at most
+    /// one [`OutcomeEvent`], in that order. Pure.
     ///
     /// Without an observed outcome, the lifecycle ends with `registrationTimeout` before
-    /// `nodesRegistered` (before `nodesReady` without a gang), `formationTimeout` before
-    /// `gangFormed` (gangs only), `attachFailed`
+    /// `nodesRegistered` (before `nodesReady` without a gang; counted from its latest repair),
+    /// `formationTimeout` before `gangFormed` (gangs only), `attachFailed`
     /// when the volumes are not attached [`Timeouts::attach_ms`] after formation, and
-    /// `succeeded` at `nodesReady` when it has no gang.
+    /// `succeeded` at `nodesReady` when it has no gang. A repairing lifecycle whose gang a
+    /// later scale-up admitted afresh ends `provisionFailed` before anything else.
     pub fn step(&self, open: &Open, obs: &Observation, now_ms: i64) -> Vec<Record> {
         let mut out = Vec::new();
         let mut state = open.clone();
@@ -283,58 +347,11 @@ impl Tracker {
                 },
             ));
         }
-        let outcome = obs.outcome.clone().or_else(|| {
-            let t = self.timeouts;
-            if state.phase < Phase::NodesRegistered && elapsed > t.registration_ms {
-                Some((
-                    Outcome::RegistrationTimeout,
-                    format!(
-                        "nodes not registered {elapsed} ms after the request (limit {} ms)",
-                        t.registration_ms
-                    ),
-                ))
-            } else if state.gang.is_none()
-                && state.phase < Phase::NodesReady
-                && elapsed > t.registration_ms
-            {
-                // Without a gang nothing else would ever close it.
-                Some((
-                    Outcome::RegistrationTimeout,
-                    format!(
-                        "nodes registered but not Ready {elapsed} ms after the request (limit {} ms)",
-                        t.registration_ms
-                    ),
-                ))
-            } else if state.gang.is_some()
-                && state.phase < Phase::GangFormed
-                && elapsed > t.formation_ms
-            {
-                Some((
-                    Outcome::FormationTimeout,
-                    format!(
-                        "gang not formed {elapsed} ms after the request (limit {} ms)",
-                        t.formation_ms
-                    ),
-                ))
-            } else if let Some(formed) = state
-                .formed_at_ms
-                .filter(|_| state.phase < Phase::VolumesAttached)
-                && elapsed_ms(formed, now_ms) > t.attach_ms
-            {
-                Some((
-                    Outcome::AttachFailed,
-                    format!(
-                        "volumes not attached {} ms after the gang formed (limit {} ms)",
-                        elapsed_ms(formed, now_ms),
-                        t.attach_ms
-                    ),
-                ))
-            } else if state.gang.is_none() && state.phase >= Phase::NodesReady {
-                Some((Outcome::Succeeded, "nodes ready (no gang)".to_owned()))
-            } else {
-                None
-            }
-        });
+        out.extend(repairs(&mut state, obs, now_ms));
+        let outcome = self
+            .superseded(&state)
+            .or_else(|| obs.outcome.clone())
+            .or_else(|| self.deadline(&state, now_ms));
         if let Some((outcome, reason)) = outcome {
             out.push(Record::new(
                 now_ms,
@@ -356,6 +373,94 @@ impl Tracker {
         out
     }
 
+    /// `provisionFailed` for a repairing lifecycle whose gang a later open scale-up admitted
+    /// afresh: the gang's nodes come from that one now, and the missing ones never will from
+    /// this one.
+    fn superseded(&self, state: &Open) -> Option<(Outcome, String)> {
+        if state.repair.missing() == 0 {
+            return None;
+        }
+        let later = self.open.values().find(|o| {
+            o.gang.is_some()
+                && o.gang == state.gang
+                && o.scale_up_id != state.scale_up_id
+                && o.requested_at_ms > state.requested_at_ms
+        })?;
+        Some((
+            Outcome::ProvisionFailed,
+            format!(
+                "{} instance(s) failed and the gang was admitted again by scale-up {} of node group {}",
+                state.repair.failed.len(),
+                later.scale_up_id,
+                later.node_group
+            ),
+        ))
+    }
+
+    /// The outcome a deadline gives `state` at `now_ms`, if one has passed (or `succeeded`
+    /// for a lifecycle without a gang whose nodes are Ready).
+    fn deadline(&self, state: &Open, now_ms: i64) -> Option<(Outcome, String)> {
+        let t = self.timeouts;
+        let elapsed = elapsed_ms(state.requested_at_ms, now_ms);
+        let since_request = elapsed_ms(state.last_request_ms(), now_ms);
+        if state.phase < Phase::NodesRegistered && since_request > t.registration_ms {
+            Some((
+                Outcome::RegistrationTimeout,
+                format!(
+                    "nodes not registered {since_request} ms after the {} (limit {} ms){}",
+                    if state.repair.last_request_ms.is_some() {
+                        "latest repair"
+                    } else {
+                        "request"
+                    },
+                    t.registration_ms,
+                    repaired(&state.repair)
+                ),
+            ))
+        } else if state.gang.is_none()
+            && state.phase < Phase::NodesReady
+            && elapsed > t.registration_ms
+        {
+            // Without a gang nothing else would ever close it.
+            Some((
+                Outcome::RegistrationTimeout,
+                format!(
+                    "nodes registered but not Ready {elapsed} ms after the request (limit {} ms)",
+                    t.registration_ms
+                ),
+            ))
+        } else if state.gang.is_some()
+            && state.phase < Phase::GangFormed
+            && elapsed > t.formation_ms
+        {
+            Some((
+                Outcome::FormationTimeout,
+                format!(
+                    "gang not formed {elapsed} ms after the request (limit {} ms){}",
+                    t.formation_ms,
+                    repaired(&state.repair)
+                ),
+            ))
+        } else if let Some(formed) = state
+            .formed_at_ms
+            .filter(|_| state.phase < Phase::VolumesAttached)
+            && elapsed_ms(formed, now_ms) > t.attach_ms
+        {
+            Some((
+                Outcome::AttachFailed,
+                format!(
+                    "volumes not attached {} ms after the gang formed (limit {} ms)",
+                    elapsed_ms(formed, now_ms),
+                    t.attach_ms
+                ),
+            ))
+        } else if state.gang.is_none() && state.phase >= Phase::NodesReady {
+            Some((Outcome::Succeeded, "nodes ready (no gang)".to_owned()))
+        } else {
+            None
+        }
+    }
+
     /// [`step`](Self::step) over every open lifecycle `observe` has news of (`None`: no news,
     /// e.g. the cluster view is not synced). Pure: apply the records after appending them.
     pub fn plan(
@@ -368,6 +473,46 @@ impl Tracker {
             .filter_map(|open| observe(open).map(|obs| self.step(open, &obs, now_ms)))
             .flatten()
             .collect()
+    }
+}
+
+/// A [`RepairEvent`] for each instance in `obs` that `state` (a gang lifecycle) has not
+/// recorded yet; `state` takes them in.
+fn repairs(state: &mut Open, obs: &Observation, now_ms: i64) -> Vec<Record> {
+    let Some(gang) = state.gang.clone() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (instance, reason) in &obs.failed {
+        if !state.repair.failed.insert(instance.clone()) {
+            continue;
+        }
+        out.push(Record::new(
+            now_ms,
+            RepairEvent {
+                scale_up_id: state.scale_up_id.clone(),
+                node_group: state.node_group.clone(),
+                gang: gang.clone(),
+                instance: instance.clone(),
+                reason: reason.clone(),
+                failed: u32::try_from(state.repair.failed.len()).unwrap_or(u32::MAX),
+                replaced: state.repair.replaced,
+            },
+        ));
+    }
+    out
+}
+
+/// `"; 2 instance(s) failed, 1 replaced"` when the lifecycle repaired, else nothing.
+fn repaired(r: &Repair) -> String {
+    if r.failed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} instance(s) failed, {} replaced",
+            r.failed.len(),
+            r.replaced
+        )
     }
 }
 

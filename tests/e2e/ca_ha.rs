@@ -94,6 +94,7 @@ async fn ca_scale_up_survives_kill_9_of_the_leader_and_the_standby_finishes_it_o
             Event::Decision(d) => format!("{:?}/decision/{}", d.scale_up_id, r.ts_ms),
             Event::Phase(p) => format!("{}/{:?}/{}", p.scale_up_id, p.gang, p.phase.as_str()),
             Event::Outcome(o) => format!("{}/{:?}/outcome", o.scale_up_id, o.gang),
+            Event::Repair(r) => format!("{}/{}/repair/{}", r.scale_up_id, r.gang, r.instance),
             // Not a lifecycle record (and these groups do not reserve).
             Event::Reservation(_) | Event::Withdrawal(_) => continue,
         });

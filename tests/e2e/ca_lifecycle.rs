@@ -865,6 +865,10 @@ async fn ca_driven_scale_up_survives_kill_9_and_the_accounting_agrees_with_the_r
                 p.phase.as_str()
             )),
             Event::Outcome(o) => Some(format!("{}/{:?}/outcome", o.scale_up_id, o.gang)),
+            Event::Repair(r) => Some(format!(
+                "{}/{}/repair/{}",
+                r.scale_up_id, r.gang, r.instance
+            )),
             Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => None,
         })
         .collect();

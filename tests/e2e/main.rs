@@ -2,7 +2,7 @@
 //! kube-controller-manager, kwok; see `harness.rs`) and the real cluster-autoscaler, built
 //! from the upstream sources in `../shared/cluster-autoscaler`.
 //!
-//! - `ca_scaleup`, `ca_lifecycle`, `ca_wire`, `ca_ha`: every gang scenario, driven by CA calling
+//! - `ca_scaleup`, `ca_lifecycle`, `ca_repair`, `ca_wire`, `ca_ha`: every gang scenario, driven by CA calling
 //!   gangscaler over `externalgrpc` (see `scenario.rs`); each records a row of
 //!   `docs/e2e-results.md`.
 //! - `alone`: gangscaler without CA (the kwok backend, the cluster view, and gangscaler's own
@@ -37,6 +37,7 @@ mod ca_capi;
 mod ca_composite;
 mod ca_ha;
 mod ca_lifecycle;
+mod ca_repair;
 mod ca_scaleup;
 mod ca_wire;
 mod capi;

@@ -44,6 +44,11 @@ pub struct GangSummary {
     pub nodes: u32,
     /// Nodes already requested for it and not yet used, before this decision.
     pub in_flight: u32,
+    /// The scale-up whose failed instances these nodes replace (a repair): they are claimed
+    /// for that scale-up's lifecycle of the gang, and this decision opens no lifecycle for
+    /// the gang. Absent for a fresh admission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair_of: Option<String>,
 }
 
 /// A deferred gang in a [`DecisionEvent`].
@@ -172,8 +177,9 @@ impl DecisionEvent {
     }
 
     /// The lifecycles this decision opens, each as `(scaleUpId, gang)`: when it was accepted
-    /// with a scale-up id, one per admitted gang, or one without a gang when none was
-    /// admitted; none otherwise.
+    /// with a scale-up id, one per admitted gang that is not a repair, or one without a gang
+    /// when no gang was admitted; none otherwise (a decision that only repairs opens none: its
+    /// nodes belong to the lifecycles they repair, [`DecisionEvent::repairs`]).
     pub fn opened_lifecycles(&self) -> Vec<(String, Option<GangId>)> {
         let Some(id) = self.scale_up_id.as_ref().filter(|_| self.is_accepted()) else {
             return Vec::new();
@@ -183,9 +189,25 @@ impl DecisionEvent {
         } else {
             self.gangs
                 .iter()
+                .filter(|g| g.repair_of.is_none())
                 .map(|g| (id.clone(), Some(g.gang.clone())))
                 .collect()
         }
+    }
+
+    /// The repairs an accepted decision made, each as `((scaleUpId, gang), nodes)`: the
+    /// lifecycle whose failed instances it replaced, and how many nodes it added for it.
+    pub fn repairs(&self) -> Vec<((String, Option<GangId>), u32)> {
+        if !self.is_accepted() {
+            return Vec::new();
+        }
+        self.gangs
+            .iter()
+            .filter_map(|g| {
+                let of = g.repair_of.clone()?;
+                Some(((of, Some(g.gang.clone())), g.nodes))
+            })
+            .collect()
     }
 }
 
@@ -225,6 +247,7 @@ impl From<&planner::Decision> for DecisionEvent {
                     },
                     nodes: a.nodes,
                     in_flight: a.in_flight,
+                    repair_of: a.repair_of.clone(),
                 })
                 .collect(),
             deferred: d

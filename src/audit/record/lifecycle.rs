@@ -1,7 +1,7 @@
 //! The records of a scale-up's lifecycle after its decision: each [`Phase`] it reaches
 //! ([`PhaseEvent`]), its terminal [`Outcome`] ([`OutcomeEvent`]), the reservations of its
-//! nodes ([`ReservationEvent`]) and the instances withdrawn once it ended
-//! ([`WithdrawalEvent`]).
+//! nodes ([`ReservationEvent`]), each failed instance charged to it ([`RepairEvent`]) and the
+//! instances withdrawn once it ended ([`WithdrawalEvent`]).
 
 use std::fmt;
 
@@ -96,6 +96,29 @@ pub struct WithdrawalEvent {
     /// One claim per instance withdrawn: `<scaleUpId>` or `<scaleUpId>/<namespace>/<gang>`,
     /// what the instance was requested for.
     pub claims: Vec<String>,
+}
+
+/// An instance requested for a gang's lifecycle failed before the gang formed: the lifecycle
+/// stays open, repairing, and the gang's need becomes the nodes it is missing, so that CA's
+/// next ask for it on the same node group gets exactly those (a decision whose `gangs[]`
+/// entry has `repairOf`). Written once per failed instance, before anything acts on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RepairEvent {
+    /// The scale-up whose instance failed.
+    pub scale_up_id: String,
+    /// Its node group.
+    pub node_group: String,
+    /// The gang the instance was requested for.
+    pub gang: GangId,
+    /// The failed instance's id (its provider id).
+    pub instance: String,
+    /// What the backend said of the failure.
+    pub reason: String,
+    /// Failed instances of this lifecycle recorded so far, this one included.
+    pub failed: u32,
+    /// Nodes repair decisions have added for it so far.
+    pub replaced: u32,
 }
 
 /// What happened to a node's reservation.

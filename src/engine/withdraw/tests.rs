@@ -18,6 +18,7 @@ fn open(id: &str, gang: Option<&str>) -> Open {
         requested_at_ms: 0,
         formed_at_ms: None,
         attached_at_ms: None,
+        repair: crate::scaleup::Repair::default(),
     }
 }
 

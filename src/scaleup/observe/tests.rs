@@ -14,6 +14,7 @@ fn open(id: &str, at_ms: i64, nodes: u32, gang: Option<&str>) -> Open {
         requested_at_ms: at_ms,
         formed_at_ms: None,
         attached_at_ms: None,
+        repair: crate::scaleup::Repair::default(),
     }
 }
 
@@ -231,6 +232,7 @@ fn phases(records: &[Record]) -> Vec<(i64, String)> {
             Event::Decision(_) => (r.ts_ms, "decision".to_owned()),
             Event::Reservation(_) => (r.ts_ms, "reservation".to_owned()),
             Event::Withdrawal(_) => (r.ts_ms, "withdrawal".to_owned()),
+            Event::Repair(_) => (r.ts_ms, "repair".to_owned()),
         })
         .collect()
 }
@@ -384,16 +386,22 @@ fn a_failure_claimed_for_a_later_gang_is_charged_to_it_not_to_the_oldest_short_s
             Claimed {
                 nodes: vec![node("h100-y", 102, true)],
                 pending: 0,
-                failed: vec![failure.to_owned()],
+                failed: vec![("id-x".to_owned(), failure.to_owned())],
             },
         )],
     );
     let obs = observe(&[first.clone(), second.clone()], &by_claim);
     assert_eq!(obs[&first.key()].outcome, None, "{:?}", obs[&first.key()]);
     assert_eq!(obs[&first.key()].phase, Phase::Requested);
-    let (outcome, detail) = obs[&second.key()].outcome.clone().expect("an outcome");
-    assert_eq!(outcome, Outcome::ProvisionFailed);
-    assert!(detail.contains("h100-x"), "{detail}");
+    assert!(
+        obs[&first.key()].failed.is_empty(),
+        "{:?}",
+        obs[&first.key()]
+    );
+    // The failure is b's to repair, not an outcome.
+    let b = &obs[&second.key()];
+    assert_eq!(b.outcome, None, "{b:?}");
+    assert_eq!(b.failed, [("id-x".to_owned(), failure.to_owned())]);
     assert_eq!(
         attributed_nodes(&[first, second], &by_claim)["s2"],
         ["h100-y"]

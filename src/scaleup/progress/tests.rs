@@ -974,6 +974,7 @@ mod cache {
                 requested_at_ms: CREATED * 1000,
                 formed_at_ms: None,
                 attached_at_ms: None,
+                repair: crate::scaleup::Repair::default(),
             })
             .collect()
     }

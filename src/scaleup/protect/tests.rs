@@ -14,6 +14,7 @@ fn open(id: &str, gang_name: Option<&str>) -> Open {
         requested_at_ms: 0,
         formed_at_ms: None,
         attached_at_ms: None,
+        repair: crate::scaleup::Repair::default(),
     }
 }
 

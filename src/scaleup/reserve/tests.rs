@@ -20,6 +20,7 @@ fn open(id: &str, at_ms: i64, gang_name: &str, gang_nodes: u32, phase: Phase) ->
         requested_at_ms: at_ms,
         formed_at_ms: None,
         attached_at_ms: None,
+        repair: crate::scaleup::Repair::default(),
     }
 }
 

@@ -22,6 +22,7 @@ fn before(formed_at_ms: Option<i64>) -> Option<Open> {
         requested_at_ms: 0,
         formed_at_ms,
         attached_at_ms: None,
+        repair: crate::scaleup::Repair::default(),
     })
 }
 
