@@ -86,6 +86,11 @@ pub struct KwokProvisioner {
     /// A standby under leader election writes nothing: a missing state ConfigMap or group
     /// record is answered as the leader would create it, and changes are refused.
     read_only: std::sync::atomic::AtomicBool,
+    /// Wakes [`KwokProvisioner::run`] when an increase made capacity due at once.
+    due: tokio::sync::Notify,
+    /// [`KwokProvisioner::run`] is running: an increase leaves its due nodes to it, and
+    /// answers as soon as its target is stored.
+    looping: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for KwokProvisioner {
@@ -160,6 +165,8 @@ impl KwokProvisioner {
             materialize_lock: Mutex::new(()),
             last_known: std::sync::Mutex::new((BTreeMap::new(), 0)),
             read_only: std::sync::atomic::AtomicBool::new(false),
+            due: tokio::sync::Notify::new(),
+            looping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -248,13 +255,18 @@ impl Provisioner for KwokProvisioner {
                 Ok(())
             })
             .await?;
-        // The target is committed: the call has succeeded. Nodes already due are created now
-        // where possible; a failure here is the kwok loop's to retry (it materialises every
-        // group each period), never the call's: reporting it would tell the engine that
-        // nothing was added while the target says otherwise.
-        if dues.iter().any(|p| p.due_unix_ms <= now_ms())
-            && let Err(e) = self.materialize(group).await
-        {
+        // The target is committed: the call has succeeded. Nodes already due are created by
+        // the kwok loop, woken now, so the call answers without waiting for them; without a
+        // loop (a provisioner used alone) they are created here where possible. A failure is
+        // the loop's to retry (it materialises every group each period), never the call's:
+        // reporting it would tell the engine that nothing was added while the target says
+        // otherwise.
+        if !dues.iter().any(|p| p.due_unix_ms <= now_ms()) {
+            return Ok(record.target);
+        }
+        if self.looping.load(std::sync::atomic::Ordering::Acquire) {
+            self.due.notify_one();
+        } else if let Err(e) = self.materialize(group).await {
             tracing::warn!(
                 node_group.id = %group.id,
                 target = record.target,

@@ -202,6 +202,53 @@ async fn an_increase_succeeds_once_its_target_is_committed_and_nodes_follow_from
 
 #[tokio::test]
 #[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
+async fn with_its_loop_running_an_increase_answers_once_stored_and_the_loop_creates_the_nodes() {
+    const N: u32 = 40;
+    let g = kwok_group("h100", 0, 2 * N, instant());
+    let (_cluster, client, p) = kwok_fixture("answer-fast", &g).await;
+    let p = Arc::new(p);
+    // No loop: the call creates the nodes due at once itself (the behaviour before).
+    let started = Instant::now();
+    assert_eq!(p.increase(&g, N).await.unwrap(), N);
+    let inline = started.elapsed();
+    assert_eq!(group_nodes(&client, "h100").await.len(), N as usize);
+    // With the loop running (an hour between its own ticks, so only the call's wake-up can
+    // make it create anything): the call answers once the target is stored.
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let looping = {
+        let (p, g, shutdown) = (Arc::clone(&p), g.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            p.run(move || vec![g.clone()], Duration::from_secs(3600), shutdown)
+                .await;
+        })
+    };
+    // The loop's first pass runs at once; give it time to start.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    assert_eq!(p.increase(&g, N).await.unwrap(), 2 * N);
+    let answered = started.elapsed();
+    eventually(
+        "the loop creates the nodes",
+        Duration::from_secs(60),
+        || {
+            let client = client.clone();
+            async move { (group_nodes(&client, "h100").await.len() == 2 * N as usize).then_some(()) }
+        },
+    )
+    .await;
+    let created = started.elapsed();
+    shutdown.cancel();
+    looping.await.unwrap();
+    eprintln!(
+        "measured: increase of {N} kwok nodes due at once: {} ms creating them in the call; {} ms answering with the loop running ({} ms until the loop had created them)",
+        inline.as_millis(),
+        answered.as_millis(),
+        created.as_millis()
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
 async fn a_restarted_provider_recovers_target_and_pending_capacity_without_duplicates() {
     let cluster = Cluster::start("restart").await;
     let client = cluster.client().await;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use gangscaler::audit::{Event, Outcome};
 
+use super::harness::metric_value;
 use super::scenario::{GangSpec, Group, Row, Scenario, Setup};
 
 /// The group: its first two instances come up, each later one stocks out with probability
@@ -157,6 +158,62 @@ async fn ca_alone_through_the_same_stock_outs_for_comparison() {
     ))
     .note(format!(
         "CA asks {:?}; {failed} instance(s) applied beyond the nodes at the end",
+        s.ca.asks_of("gpu")
+    ))
+    .record();
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn ca_grpc_timeout_of_1s_and_a_40_node_increase_leave_target_lifecycle_and_ledger_agreeing() {
+    // Nodes due at once: before, kwok created all 40 inside the call.
+    let setup = Setup::new(
+        "ca-grpc-timeout",
+        "strict",
+        vec![Group::new("gpu", 48).backend("provisionDelay: 0s")],
+    )
+    .grpc_timeout("1s");
+    let s = Scenario::start(setup).await;
+    s.sampler.begin();
+    let created = Instant::now();
+    s.create_gang(&GangSpec::new("big", 40)).await;
+    s.wait_running("big", 40, Duration::from_secs(600)).await;
+    let formed_s = created.elapsed().as_secs_f64();
+    let accepted: Vec<_> = s
+        .decisions("gpu")
+        .into_iter()
+        .filter(|d| d.is_accepted())
+        .collect();
+    // One decision, applied once: a call CA gave up on is not asked for again by gangscaler,
+    // and the gang, in flight, is not admitted a second time.
+    assert_eq!(accepted.len(), 1, "{accepted:?}");
+    assert_eq!(accepted[0].applied_delta, 40);
+    assert_eq!(
+        s.group_nodes("gpu").await.len(),
+        40,
+        "target and nodes agree"
+    );
+    let ok = s
+        .wait_outcome_in("big", "gpu", Duration::from_secs(60))
+        .await;
+    assert_eq!(ok.outcome, Outcome::Succeeded);
+    assert_eq!(s.outcomes("big").len(), 1);
+    let deadline_lines = s.ca.lines("DeadlineExceeded").len();
+    // gangscaler's own time on the call (one call, so the sum is its duration).
+    let m = s.gangscaler_metrics().await;
+    let method = [("grpc_method", "NodeGroupIncreaseSize")];
+    let calls = metric_value(&m, "grpc_server_handling_seconds_count", &method).unwrap_or(0.0);
+    let seconds = metric_value(&m, "grpc_server_handling_seconds_sum", &method).unwrap_or(0.0);
+    Row::new(
+        &s,
+        "CA grpc_timeout 1s, one 40-node increase (nodes due at once)",
+        "gpu",
+        Some(formed_s),
+    )
+    .outcome("succeeded; one decision of 40, 40 nodes")
+    .note(format!(
+        "{calls} NodeGroupIncreaseSize call(s) took {:.0} ms in all in gangscaler; CA log lines with DeadlineExceeded: {deadline_lines}; CA asks {:?}",
+        seconds * 1000.0,
         s.ca.asks_of("gpu")
     ))
     .record();

@@ -641,6 +641,8 @@ pub struct AutoscalerSpec {
     pub transport: Transport,
     /// Flags that replace or add to the defaults, as `--name=value`.
     pub flags: Vec<String>,
+    /// The cloud-config's `grpc_timeout` (CA's deadline on each call).
+    pub grpc_timeout: String,
 }
 
 impl AutoscalerSpec {
@@ -651,6 +653,7 @@ impl AutoscalerSpec {
             grpc_port,
             transport: Transport::Plaintext,
             flags: Vec::new(),
+            grpc_timeout: "10s".to_owned(),
         }
     }
 
@@ -775,8 +778,8 @@ impl Cluster {
         let versions = Versions::load();
         let cc = self.dir.join(format!("{name}-cloud-config.yaml"));
         let mut text = format!(
-            "address: \"127.0.0.1:{}\"\ngrpc_timeout: 10s\n",
-            spec.grpc_port
+            "address: \"127.0.0.1:{}\"\ngrpc_timeout: {}\n",
+            spec.grpc_port, spec.grpc_timeout
         );
         if let Transport::Mtls { cert, key, cacert } = &spec.transport {
             text.push_str(&format!(

@@ -167,6 +167,8 @@ pub struct Setup {
     /// Changes the rendered chart objects before they are applied; a test that takes a
     /// permission away sets it.
     pub chart_edit: Option<fn(&mut [serde_json::Value])>,
+    /// CA's `grpc_timeout`, when not the harness's 10 s.
+    pub grpc_timeout: Option<String>,
 }
 
 impl Setup {
@@ -183,7 +185,15 @@ impl Setup {
             scheduler_profile: None,
             replicas: 1,
             chart_edit: None,
+            grpc_timeout: None,
         }
+    }
+
+    /// CA's cloud-config sets `grpc_timeout: timeout` (e.g. `1s`).
+    #[must_use]
+    pub fn grpc_timeout(mut self, timeout: &str) -> Self {
+        self.grpc_timeout = Some(timeout.to_owned());
+        self
     }
 
     /// Two gangscaler replicas with leader election (client-go's default timings), CA
@@ -472,6 +482,9 @@ impl Scenario {
         spec.transport = transport;
         if let Some(v) = &setup.ca_version {
             v.clone_into(&mut spec.version);
+        }
+        if let Some(t) = &setup.grpc_timeout {
+            t.clone_into(&mut spec.grpc_timeout);
         }
         for (k, v) in &setup.ca_flags {
             spec = spec.flag(k, v);

@@ -67,6 +67,16 @@ impl Streaks {
     }
 }
 
+/// Clears the provisioner's `looping` flag when [`KwokProvisioner::run`] ends, however it
+/// ends, so increases create their due nodes themselves again.
+struct Looping<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for Looping<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
 pub(super) fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     crate::clock::timestamp()
 }
@@ -153,8 +163,9 @@ impl KwokProvisioner {
         Ok(latest)
     }
 
-    /// Runs [`KwokProvisioner::materialize`] for `groups` every `period` until `shutdown`, and the
-    /// simulated attacher for groups that configure one.
+    /// Runs [`KwokProvisioner::materialize`] for `groups` every `period`, and at once when an
+    /// increase made capacity due, until `shutdown`, and the simulated attacher for groups
+    /// that configure one. While it runs, increases leave their due nodes to it.
     pub async fn run(
         &self,
         groups: impl Fn() -> Vec<NodeGroupSpec>,
@@ -164,10 +175,15 @@ impl KwokProvisioner {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut streaks = Streaks::default();
+        self.looping
+            .store(true, std::sync::atomic::Ordering::Release);
+        let _stopped = Looping(&self.looping);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
+                // An increase made nodes due at once: a pass now, not at the next tick.
+                () = self.due.notified() => {}
             }
             let groups: Vec<NodeGroupSpec> = groups()
                 .into_iter()
