@@ -1,7 +1,10 @@
-//! Stock-outs in the middle of two gangs, with the real CA: each failed instance is charged
-//! to the gang it was requested for, whose scale-up stays open and repairs; CA's next ask
-//! gets exactly the missing nodes, and no gang is admitted twice. The same setup under `off`
-//! (CA alone) for comparison.
+//! Accounting through stock-outs, CA's deadlines and restarts, with the real CA:
+//! - stock-outs in the middle of two gangs: each failed instance is charged to the gang it was
+//!   requested for, whose scale-up stays open and repairs; CA's next ask gets exactly the
+//!   missing nodes, and no gang is admitted twice (and the same setup under `off`, CA alone,
+//!   for comparison);
+//! - CA's `grpc_timeout` shorter than a large increase;
+//! - a kill -9 between a decision's record and its backend write.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -217,4 +220,98 @@ async fn ca_grpc_timeout_of_1s_and_a_40_node_increase_leave_target_lifecycle_and
         s.ca.asks_of("gpu")
     ))
     .record();
+}
+
+#[tokio::test]
+#[ignore = "needs e2e binaries: tests/e2e/build.sh"]
+async fn a_decision_recorded_before_a_kill_9_and_never_applied_is_ended_at_restart() {
+    use gangscaler::audit::{DecisionEvent, Record, Verdict};
+    let mut s = Scenario::start(Setup::new(
+        "ca-unapplied",
+        "strict",
+        vec![Group::new("gpu", 8)],
+    ))
+    .await;
+    s.sampler.begin();
+    // A first gang, to read how this row's gang API names gangs in the records.
+    s.create_gang(&GangSpec::new("warm", 1)).await;
+    s.wait_running("warm", 1, Duration::from_secs(180)).await;
+    let warm = s
+        .decisions("gpu")
+        .into_iter()
+        .find(|d| d.is_accepted())
+        .unwrap();
+    // The provider dies right after writing the decision for a second gang, before the
+    // backend write: its log has the decision, kwok's state never saw it.
+    s.kill_gangscaler();
+    s.create_gang(&GangSpec::new("late", 2)).await;
+    let mut gang = warm.gangs[0].gang.clone();
+    gang.name = gang.name.replace("warm", "late");
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let id = format!("su-{now_ms}-99");
+    let mut lost = warm.clone();
+    lost.scale_up_id = Some(id.clone());
+    lost.target = 1;
+    lost.headroom = 7;
+    lost.ca_delta = 2;
+    lost.applied_delta = 2;
+    lost.gang_nodes = 2;
+    lost.gangs[0].gang = gang.clone();
+    lost.gangs[0].nodes = 2;
+    lost.reason = "written by the test: the record a killed provider left".into();
+    assert_eq!(lost.verdict, Verdict::Accept);
+    let line = Record::new(now_ms, DecisionEvent { ..lost })
+        .to_line()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&s.audit)
+            .unwrap();
+        writeln!(f, "{line}").unwrap();
+        f.sync_all().unwrap();
+    }
+    let restarted = Instant::now();
+    s.restart_gangscaler();
+    // The first lifecycle tick ends the lost scale-up, and CA's next ask admits the gang
+    // afresh, with a lifecycle of its own that succeeds.
+    s.wait_running("late", 2, Duration::from_secs(300)).await;
+    let formed_s = restarted.elapsed().as_secs_f64();
+    let outcomes = s.outcomes("late");
+    let lost_end = outcomes
+        .iter()
+        .find(|o| o.scale_up_id == id)
+        .unwrap_or_else(|| panic!("no outcome for {id}: {outcomes:?}"));
+    assert_eq!(lost_end.outcome, Outcome::ProvisionFailed);
+    assert!(
+        lost_end.reason.starts_with("recorded but never applied"),
+        "{lost_end:?}"
+    );
+    let fresh: Vec<DecisionEvent> = s
+        .decisions("gpu")
+        .into_iter()
+        .filter(|d| d.is_accepted() && d.scale_up_id.as_deref() != Some(id.as_str()))
+        .filter(|d| d.gangs.iter().any(|g| g.gang.name == gang.name))
+        .collect();
+    assert_eq!(fresh.len(), 1, "late admitted afresh once: {fresh:?}");
+    let ok = s
+        .wait_outcome_in("late", "gpu", Duration::from_secs(60))
+        .await;
+    assert_eq!(ok.outcome, Outcome::Succeeded);
+    assert_eq!(
+        s.group_nodes("gpu").await.len(),
+        3,
+        "warm's node and late's two, no more"
+    );
+    Row::new(&s, "kill -9 between a decision's record and its backend write (time from the restart)", "gpu", Some(formed_s))
+        .outcome("lost scale-up ended provisionFailed (recorded but never applied); gang admitted afresh, succeeded")
+        .note(format!("CA asks {:?}; 3 nodes for 3 members", s.ca.asks_of("gpu")))
+        .record();
 }
