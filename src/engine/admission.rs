@@ -301,7 +301,9 @@ impl Admission {
             ungrouped_nodes,
             deferred_composites: &deferred_composites,
         });
-        base.mark_repairs(&repairs);
+        if self.policy != Policy::Off {
+            base.mark_repairs(&repairs);
+        }
         planner::combine(base, &plan, &slots, ca_delta)
     }
 
@@ -432,6 +434,26 @@ impl Admission {
             {
                 tracing::info!(node_group.id = group, %gang, instance, scale_up.id = %claim.scale_up, live = f.live(), "a failed instance is charged to the gang it was requested for: its next increase repairs it");
             }
+        }
+    }
+
+    /// Forgets the gangs on `group` whose failed instances were requested for a scale-up whose
+    /// lifecycle of the gang has ended (`open(scale-up, gang)` is false): a repair would claim
+    /// nodes for a lifecycle that is over, so the gang is admitted afresh instead.
+    pub fn forget_ended_repairs(&self, group: &str, open: impl Fn(&str, &GangRef) -> bool) {
+        let mut ledger = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = ledger.len();
+        ledger
+            .retain(|g, f| f.group.as_str() != group || f.repair_of().is_none_or(|su| open(su, g)));
+        if ledger.len() < before {
+            tracing::info!(
+                node_group.id = group,
+                gangs = before - ledger.len(),
+                "the lifecycles these gangs' failed instances were requested for have ended: they no longer count as in flight"
+            );
         }
     }
 
@@ -594,6 +616,34 @@ status: {{phase: Pending}}
             .0;
         assert!(d.admitted.is_empty(), "{d:?}");
         assert_eq!(d.covered.len(), 1, "{d:?}");
+    }
+
+    #[test]
+    fn a_gang_whose_repaired_lifecycle_ended_is_forgotten_and_admitted_afresh() {
+        let (admission, group) = admission();
+        let now = 1_800_000_000;
+        admission.resume([Resumed {
+            gang: gang_ref(),
+            group: group.id.clone(),
+            nodes: 2,
+            since_unix: now - 10,
+            failed: BTreeMap::from([("i-2".to_owned(), "su-1".to_owned())]),
+        }]);
+        // su-1's lifecycle of the gang is still open: nothing is forgotten.
+        admission.forget_ended_repairs(group.id.as_str(), |su, _| su == "su-1");
+        let d = admission
+            .decide(&group, "nvidia.com/gpu.product", 2, 1, &[], now)
+            .unwrap()
+            .0;
+        assert_eq!(d.admitted[0].repair_of.as_deref(), Some("su-1"), "{d:?}");
+        // It ended (formation timeout): the gang is admitted afresh, whole, no repair.
+        admission.forget_ended_repairs(group.id.as_str(), |_, _| false);
+        let d = admission
+            .decide(&group, "nvidia.com/gpu.product", 2, 1, &[], now)
+            .unwrap()
+            .0;
+        assert_eq!(d.applied_delta, 2, "{d:?}");
+        assert_eq!(d.admitted[0].repair_of, None, "{d:?}");
     }
 
     #[test]

@@ -64,6 +64,16 @@ impl Engine {
         };
         self.check_leader()?;
         let open = recorder.open_scale_ups();
+        if let Some(admission) = &self.admission {
+            admission.forget_ended_repairs(g.id.as_str(), |su, gang| {
+                open.iter().any(|o| {
+                    o.scale_up_id == su
+                        && o.gang.as_ref().is_some_and(|og| {
+                            og.namespace == gang.namespace && og.name == gang.name
+                        })
+                })
+            });
+        }
         let ended: Vec<Claim> = backend
             .pending_claims(g)
             .await?

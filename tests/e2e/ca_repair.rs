@@ -11,40 +11,65 @@ use std::time::{Duration, Instant};
 
 use gangscaler::audit::{Event, Outcome};
 
-use super::harness::metric_value;
+use super::harness::{eventually, metric_value};
 use super::scenario::{GangSpec, Group, Row, Scenario, Setup};
 
 /// The group: its first two instances come up, each later one stocks out with probability
-/// 0.5 (drawn from its random name).
-fn flaky_group() -> Group {
-    Group::new("gpu", 16).backend(
+/// 0.5 (drawn from its random name). Under gang admission the nodes are reserved for the gang
+/// they were requested for: without that kube-scheduler may run one gang on a node added for
+/// the other (CA alone has no reservation).
+fn flaky_group(policy: &str) -> Group {
+    let g = Group::new("gpu", 16).backend(
         "provisionDelay: 2s, failure: {afterInstances: 2, code: stockout, probability: 0.5}",
-    )
+    );
+    if policy == "off" {
+        g
+    } else {
+        g.extra("reservation: {enabled: true, bookingDeadline: 10m}\n")
+    }
 }
 
 /// What one run showed.
 struct Run {
     s: Scenario,
-    formed_s: f64,
+    /// Seconds from the first gang's creation until both ran, if they did in time.
+    formed_s: Option<f64>,
     /// Nodes the accepted decisions applied, summed.
     applied: u32,
     /// Nodes of the group at the end.
     nodes: u32,
 }
 
-/// Gangs `a` (4 × 8 GPU) and `b` (2 × 8 GPU) under `policy`, until both run.
-async fn two_gangs_through_stock_outs(policy: &str) -> Run {
-    let setup = Setup::new(&format!("ca-repair-{policy}"), policy, vec![flaky_group()]);
+/// Gangs `a` (4 × 8 GPU) and then `b` (2 × 8 GPU, created once CA has asked for `a`) under
+/// `policy`, until both run or `limit` passes.
+async fn two_gangs_through_stock_outs(policy: &str, limit: Duration) -> Run {
+    // Repairs wait out CA's backoff (up to 2 min a round): the formation deadline is set past
+    // the wait, so only a gang that never forms ends by it.
+    let setup = Setup::new(
+        &format!("ca-repair-{policy}"),
+        policy,
+        vec![flaky_group(policy)],
+    )
+    .lifecycle("{interval: 500ms, formationTimeout: 20m, attachTimeout: 2m}");
     let s = Scenario::start(setup).await;
     s.sampler.begin();
     let created = Instant::now();
     s.create_gang(&GangSpec::new("a", 4)).await;
+    eventually("CA's ask for a", Duration::from_secs(60), || {
+        let asked = s.decisions("gpu").iter().any(|d| d.is_accepted());
+        async move { asked.then_some(()) }
+    })
+    .await;
     s.create_gang(&GangSpec::new("b", 2)).await;
     // CA backs the group off after each failed round (30 s, then doubling up to 2 min).
-    let limit = Duration::from_secs(900);
-    s.wait_running("a", 4, limit).await;
-    s.wait_running("b", 2, limit).await;
-    let formed_s = created.elapsed().as_secs_f64();
+    let both = async {
+        s.wait_running("a", 4, limit).await;
+        s.wait_running("b", 2, limit).await;
+    };
+    let formed_s = tokio::time::timeout(limit, both)
+        .await
+        .ok()
+        .map(|()| created.elapsed().as_secs_f64());
     let applied = s
         .decisions("gpu")
         .iter()
@@ -63,8 +88,9 @@ async fn two_gangs_through_stock_outs(policy: &str) -> Run {
 #[tokio::test]
 #[ignore = "needs e2e binaries: tests/e2e/build.sh"]
 async fn ca_stock_outs_are_repaired_with_exactly_the_missing_nodes_and_no_gang_twice() {
-    let run = two_gangs_through_stock_outs("strict").await;
+    let run = two_gangs_through_stock_outs("strict", Duration::from_secs(900)).await;
     let s = &run.s;
+    assert!(run.formed_s.is_some(), "both gangs run");
     let records = s.records();
     let decisions = s.decisions("gpu");
     // Each gang admitted afresh once; every later node for it is a repair of that scale-up.
@@ -128,7 +154,7 @@ async fn ca_stock_outs_are_repaired_with_exactly_the_missing_nodes_and_no_gang_t
         s,
         "stock-outs p=0.5 after 2 instances, gangs 4 + 2 × 8 GPU: repair",
         "gpu",
-        Some(run.formed_s),
+        run.formed_s,
     )
     .outcome(format!(
         "both formed; applied {} = 6 + {n_failed} failed; {n_failed} repair record(s); each gang admitted once",
@@ -146,17 +172,22 @@ async fn ca_stock_outs_are_repaired_with_exactly_the_missing_nodes_and_no_gang_t
 #[tokio::test]
 #[ignore = "needs e2e binaries: tests/e2e/build.sh"]
 async fn ca_alone_through_the_same_stock_outs_for_comparison() {
-    let run = two_gangs_through_stock_outs("off").await;
+    let run = two_gangs_through_stock_outs("off", Duration::from_secs(420)).await;
     let s = &run.s;
     let failed = run.applied.saturating_sub(run.nodes);
+    let formed = if run.formed_s.is_some() {
+        "both formed"
+    } else {
+        "not both formed within 7 min"
+    };
     Row::new(
         s,
         "stock-outs p=0.5 after 2 instances, gangs 4 + 2 × 8 GPU: CA alone",
         "gpu",
-        Some(run.formed_s),
+        run.formed_s,
     )
     .outcome(format!(
-        "both formed; applied {} for {} node(s) at the end",
+        "{formed}; applied {} for {} node(s) at the end",
         run.applied, run.nodes
     ))
     .note(format!(
@@ -301,9 +332,18 @@ async fn a_decision_recorded_before_a_kill_9_and_never_applied_is_ended_at_resta
         .filter(|d| d.gangs.iter().any(|g| g.gang.name == gang.name))
         .collect();
     assert_eq!(fresh.len(), 1, "late admitted afresh once: {fresh:?}");
-    let ok = s
-        .wait_outcome_in("late", "gpu", Duration::from_secs(60))
-        .await;
+    let fresh_id = fresh[0].scale_up_id.clone();
+    let ok = eventually(
+        "the fresh scale-up's outcome",
+        Duration::from_secs(60),
+        || {
+            let o = s.outcomes("late").into_iter().find(|o| {
+                o.scale_up_id.as_str() != id && Some(&o.scale_up_id) == fresh_id.as_ref()
+            });
+            async move { o }
+        },
+    )
+    .await;
     assert_eq!(ok.outcome, Outcome::Succeeded);
     assert_eq!(
         s.group_nodes("gpu").await.len(),
