@@ -152,7 +152,7 @@ async fn ca_stock_outs_are_repaired_with_exactly_the_missing_nodes_and_no_gang_t
     }
     Row::new(
         s,
-        "stock-outs p=0.5 after 2 instances, gangs 4 + 2 × 8 GPU: repair",
+        "stock-outs p=0.5 after 2 instances, gangs 4 + 2 × 8 GPU",
         "gpu",
         run.formed_s,
     )
@@ -182,7 +182,7 @@ async fn ca_alone_through_the_same_stock_outs_for_comparison() {
     };
     Row::new(
         s,
-        "stock-outs p=0.5 after 2 instances, gangs 4 + 2 × 8 GPU: CA alone",
+        "stock-outs p=0.5 after 2 instances, gangs 4 + 2 × 8 GPU",
         "gpu",
         run.formed_s,
     )
