@@ -50,7 +50,7 @@ async fn two_gangs_through_stock_outs(policy: &str, limit: Duration) -> Run {
         policy,
         vec![flaky_group(policy)],
     )
-    .lifecycle("{interval: 500ms, formationTimeout: 20m, attachTimeout: 2m}");
+    .lifecycle("{interval: 500ms, formationTimeout: 30m, attachTimeout: 2m}");
     let s = Scenario::start(setup).await;
     s.sampler.begin();
     let created = Instant::now();
@@ -88,7 +88,7 @@ async fn two_gangs_through_stock_outs(policy: &str, limit: Duration) -> Run {
 #[tokio::test]
 #[ignore = "needs e2e binaries: tests/e2e/build.sh"]
 async fn ca_stock_outs_are_repaired_with_exactly_the_missing_nodes_and_no_gang_twice() {
-    let run = two_gangs_through_stock_outs("strict", Duration::from_secs(900)).await;
+    let run = two_gangs_through_stock_outs("strict", Duration::from_secs(1500)).await;
     let s = &run.s;
     assert!(run.formed_s.is_some(), "both gangs run");
     let records = s.records();
