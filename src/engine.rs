@@ -40,6 +40,10 @@ use crate::scaleup::Recorder;
 pub use error::{Error, Result};
 use request::NodeList;
 
+/// [`Engine::claims_kept`]'s answer: the audit log, the configuration with the group's index,
+/// and the group's backend.
+type ClaimsKept<'e> = (&'e Recorder, Arc<Loaded>, usize, &'e Arc<dyn Provisioner>);
+
 /// The use cases behind the RPCs.
 pub struct Engine {
     config: ArcSwap<Loaded>,
@@ -149,6 +153,20 @@ impl Engine {
             .binary_search_by(|g| g.id.as_str().cmp(id))
             .map_err(|_| Error::GroupNotFound(id.to_owned()))?;
         Ok((cfg, idx))
+    }
+
+    /// What the lifecycle passes over instance claims need for group `id`: the audit log, the
+    /// configuration with the group's index, and its backend; `None` without the audit log
+    /// or when the backend keeps no claims (nothing to do then).
+    fn claims_kept(&self, id: &str) -> Result<Option<ClaimsKept<'_>>> {
+        let Some(recorder) = self.audit.get() else {
+            return Ok(None);
+        };
+        let (cfg, idx) = self.group(id)?;
+        let backend = self.backend(&cfg.groups[idx])?;
+        Ok(backend
+            .keeps_claims()
+            .then_some((recorder.as_ref(), cfg, idx, backend)))
     }
 
     fn backend(&self, group: &NodeGroupSpec) -> Result<&Arc<dyn Provisioner>> {

@@ -15,10 +15,7 @@ impl InstanceSource for Engine {
     /// The group's instances, and once each, the failed instances CA deleted since the last
     /// call before any listing showed them to this loop (see the private `failed` module).
     async fn instances(&self, group: &str) -> Result<Vec<Instance>, InstancesError> {
-        let mut instances = self.nodes(group).await.map_err(|e| match e {
-            Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),
-            e => InstancesError::Backend(Box::new(e)),
-        })?;
+        let mut instances = self.nodes(group).await.map_err(instances_error)?;
         let deleted = self.failed_ledger().take_deleted(group, &instances);
         instances.extend(deleted);
         Ok(instances)
@@ -29,10 +26,7 @@ impl InstanceSource for Engine {
     async fn withdraw_ended(&self, group: &str) -> Result<u32, InstancesError> {
         Engine::withdraw_ended(self, group)
             .await
-            .map_err(|e| match e {
-                Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),
-                e => InstancesError::Backend(Box::new(e)),
-            })
+            .map_err(instances_error)
     }
 
     /// Ends the group's scale-ups recorded but never applied (see the private `unapplied`
@@ -40,10 +34,7 @@ impl InstanceSource for Engine {
     async fn close_unapplied(&self, group: &str) -> Result<u32, InstancesError> {
         Engine::close_unapplied(self, group)
             .await
-            .map_err(|e| match e {
-                Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),
-                e => InstancesError::Backend(Box::new(e)),
-            })
+            .map_err(instances_error)
     }
 
     /// Whether the group's backend keeps claims; false for a group no longer configured.
@@ -68,5 +59,14 @@ impl InstanceSource for Engine {
                 (g.id.to_string(), spec)
             })
             .collect()
+    }
+}
+
+/// An engine error as the scale-up loop sees it: a group no longer configured, or a backend
+/// failure.
+fn instances_error(e: Error) -> InstancesError {
+    match e {
+        Error::GroupNotFound(id) => InstancesError::GroupNotFound(id),
+        e => InstancesError::Backend(Box::new(e)),
     }
 }

@@ -49,15 +49,10 @@ impl Engine {
     /// [`Error::UnappliedUnrecorded`] when an outcome cannot be written (the lifecycle stays
     /// open; the next tick tries again).
     pub async fn close_unapplied(&self, id: &str) -> Result<u32> {
-        let Some(recorder) = self.audit.get() else {
+        let Some((recorder, cfg, idx, backend)) = self.claims_kept(id)? else {
             return Ok(0);
         };
-        let (cfg, idx) = self.group(id)?;
         let g = &cfg.groups[idx];
-        let backend = self.backend(g)?;
-        if !backend.keeps_claims() {
-            return Ok(0);
-        }
         let _one_at_a_time = self.increases.lock().await;
         self.check_leader()?;
         let open = recorder.open_scale_ups();

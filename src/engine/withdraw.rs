@@ -43,9 +43,6 @@ impl Engine {
     /// [`Error::WithdrawalUnrecorded`] when the record cannot be written (nothing is
     /// withdrawn then).
     pub async fn withdraw_ended(&self, id: &str) -> Result<u32> {
-        let Some(recorder) = self.audit.get() else {
-            return Ok(0);
-        };
         if self
             .admission
             .as_ref()
@@ -53,12 +50,10 @@ impl Engine {
         {
             return Ok(0);
         }
-        let (cfg, idx) = self.group(id)?;
-        let g = &cfg.groups[idx];
-        let backend = self.backend(g)?;
-        if !backend.keeps_claims() {
+        let Some((recorder, cfg, idx, backend)) = self.claims_kept(id)? else {
             return Ok(0);
-        }
+        };
+        let g = &cfg.groups[idx];
         let Ok(_one_at_a_time) = self.increases.try_lock() else {
             return Ok(0);
         };

@@ -287,27 +287,26 @@ impl Loop {
     /// never applied before the start. A failure is retried at the next tick.
     async fn withdraw_ended(&mut self, open: &[Open]) {
         let mut groups: BTreeSet<String> = open.iter().map(|o| o.node_group.clone()).collect();
-        let mut all_done = true;
-        if !self.swept {
+        let first = !self.swept;
+        if first {
             groups.extend(self.instances.reservations().into_keys());
-            for group in &groups {
-                match self.instances.close_unapplied(group).await {
-                    Ok(_) | Err(InstancesError::GroupNotFound(_)) => {}
-                    Err(e) => {
-                        all_done = false;
-                        warn!(node_group.id = %group, error = %Chain(&e), "ending the scale-ups recorded but never applied failed; will retry");
-                    }
-                }
-            }
         }
+        let mut all_done = true;
         for group in &groups {
-            match self.instances.withdraw_ended(group).await {
-                Ok(_) | Err(InstancesError::GroupNotFound(_)) => {}
-                Err(e) => {
-                    all_done = false;
-                    warn!(node_group.id = %group, error = %Chain(&e), "withdrawing the pending instances of ended lifecycles failed; will retry");
-                }
+            if first {
+                let closed = self.instances.close_unapplied(group).await;
+                all_done &= settled(
+                    group,
+                    "ending the scale-ups recorded but never applied",
+                    closed,
+                );
             }
+            let withdrawn = self.instances.withdraw_ended(group).await;
+            all_done &= settled(
+                group,
+                "withdrawing the pending instances of ended lifecycles",
+                withdrawn,
+            );
         }
         self.swept |= all_done;
     }
@@ -384,6 +383,18 @@ impl Loop {
         count(&self.metrics, a);
         if let Some(events) = &self.events {
             events.publish(events_for(a));
+        }
+    }
+}
+
+/// Whether a per-group step of the tick (`what`) is done for `group`: it succeeded, or the
+/// group is no longer configured; a failure is logged and retried at the next tick.
+fn settled(group: &str, what: &str, result: Result<u32, InstancesError>) -> bool {
+    match result {
+        Ok(_) | Err(InstancesError::GroupNotFound(_)) => true,
+        Err(e) => {
+            warn!(node_group.id = %group, error = %Chain(&e), "{what} failed; will retry");
+            false
         }
     }
 }
