@@ -1,7 +1,8 @@
 //! The few Cluster API objects the Cluster API backend reads and writes, typed for
 //! `cluster.x-k8s.io/v1beta2` (Cluster API 1.11 and later). Only the fields the backend uses
 //! are declared; the API server keeps every other field, since the backend never replaces
-//! these objects whole (it patches annotations and writes the scale subresource).
+//! these objects whole (it merge-patches annotations and replicas, and writes the scale
+//! subresource).
 
 use std::borrow::Cow;
 

@@ -2,10 +2,9 @@
 //! controllers (with the infrastructure provider of the fleet) turn its replicas into
 //! Machines and Nodes. The management cluster is the only store:
 //!
-//! - the target size is the MachineDeployment's `spec.replicas`, read and written only
-//!   through its **scale subresource**, each write carrying the `resourceVersion` it was
-//!   decided from (a conflict re-reads and decides again), with the group's bounds checked
-//!   against the value being replaced;
+//! - the target size is the MachineDeployment's `spec.replicas`, each write carrying the
+//!   `resourceVersion` it was decided from (a conflict re-reads and decides again), with the
+//!   group's bounds checked against the value being replaced;
 //! - the instances are the Machines labelled with the MachineDeployment's name. A Machine's
 //!   instance id is its `spec.providerID` (equal to its Node's) once it has one, and before
 //!   that a placeholder `clusterapi-machine://<namespace>/<machine>` that CA may name in a
@@ -15,9 +14,17 @@
 //!   MachineSet deletes exactly those Machines. If the write fails the marks are taken off
 //!   again: nothing changes unless everything does.
 //!
+//! - which scale-up (and gang) each Machine was requested for is kept in a claim [`ledger`]
+//!   on the MachineDeployment, written in the same merge patch as the replicas an increase,
+//!   a `DecreaseTargetSize` or a withdrawal sets; the Machines take its pending claims by the
+//!   ledger's rule when the group is listed;
+//! - withdrawing the claims of ended lifecycles takes their pending replicas back, then
+//!   deletes their Machines that have no Node yet, as a delete request does.
+//!
 //! Nothing is kept in memory but a providerID → group index for `NodeGroupForNode`, rebuilt
 //! from the listings, so a restarted provider has nothing to recover and can never create a
-//! Machine twice: capacity exists only as replicas on the MachineDeployment.
+//! Machine twice: capacity exists only as replicas on the MachineDeployment, and its claims
+//! only in the ledger beside them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -37,13 +44,15 @@ use crate::model::{
 };
 use crate::telemetry::Chain;
 
+pub mod ledger;
 mod machines;
 pub mod reservation;
 #[cfg(test)]
 mod tests;
 
-use machines::names;
+use ledger::{LEDGER_ANNOTATION, Ledger, Seen};
 pub use machines::{CAPACITY_ANNOTATION_PREFIX, capacity_drift, instance_of};
+use machines::{existing, names, seen, unborn};
 
 const BACKEND: &str = "clusterapi";
 /// Scheme of the placeholder id of a Machine that has no providerID yet.
@@ -253,6 +262,106 @@ impl ClusterApiProvisioner {
         })
     }
 
+    /// Reads the MachineDeployment and its claim [`Ledger`] (the Machines listed when
+    /// `list` is set or there is no ledger yet, which adopts them), settles the ledger
+    /// against the listing, lets `decide` set the replicas and change the ledger, and writes
+    /// both in one merge patch carrying the resourceVersion they were read at (a conflict
+    /// reads and decides again). Nothing is written when nothing changed; `decide` refusing
+    /// writes nothing. `Ok(None)` when the MachineDeployment does not exist.
+    async fn update<T>(
+        &self,
+        group: &NodeGroupSpec,
+        list: bool,
+        mut decide: impl FnMut(u32, &mut Ledger, &[Machine]) -> Result<(u32, T)>,
+    ) -> Result<Option<(u32, T)>> {
+        let spec = Self::spec(group)?;
+        let api = self.deployments(spec);
+        let what = format!("MachineDeployment {}/{}", spec.namespace, spec.name);
+        for attempt in 0..MAX_CONFLICT_RETRIES {
+            let Some(md) = api
+                .get_opt(&spec.name)
+                .await
+                .map_err(|e| Self::error(group, &format!("reading {what}"), &e))?
+            else {
+                return Ok(None);
+            };
+            let replicas =
+                u32::try_from(md.spec.replicas.unwrap_or(0)).map_err(|_| Error::Backend {
+                    group: group.id.clone(),
+                    backend: BACKEND,
+                    message: format!("{what} has negative replicas {:?}", md.spec.replicas),
+                })?;
+            let read =
+                Ledger::read(md.metadata.annotations.as_ref()).map_err(|m| Error::Backend {
+                    group: group.id.clone(),
+                    backend: BACKEND,
+                    message: format!("{what}: {m}"),
+                })?;
+            let machines = if list || read.is_none() {
+                self.machines(group).await?
+            } else {
+                Vec::new()
+            };
+            let seen: Vec<Seen> = machines.iter().map(seen).collect();
+            let mut ledger = read.clone().unwrap_or_else(|| Ledger::adopting(&seen));
+            if list {
+                ledger.settle(&seen);
+            }
+            let (next, value) = decide(replicas, &mut ledger, &machines)?;
+            if next == replicas && read.as_ref() == Some(&ledger) {
+                return Ok(Some((replicas, value)));
+            }
+            let mut patch = serde_json::json!({"metadata": {
+                "resourceVersion": md.metadata.resource_version,
+                "annotations": {LEDGER_ANNOTATION: ledger.text()},
+            }});
+            if next != replicas {
+                patch["spec"] = serde_json::json!({"replicas": next});
+            }
+            match api
+                .patch(&spec.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    if next != replicas {
+                        info!(node_group.id = %group.id, machine_deployment = %spec.name, namespace = %spec.namespace, from = replicas, to = next, pending = ledger.pending.len(), "MachineDeployment replicas changed");
+                    }
+                    return Ok(Some((next, value)));
+                }
+                Err(kube::Error::Api(s)) if s.is_conflict() => {
+                    debug!(node_group.id = %group.id, attempt, "MachineDeployment changed meanwhile; deciding again");
+                    super::conflict_pause().await;
+                }
+                Err(e) => return Err(Self::error(group, &format!("writing {what}"), &e)),
+            }
+        }
+        Err(Error::Backend {
+            group: group.id.clone(),
+            backend: BACKEND,
+            message: format!("{what} still conflicted after {MAX_CONFLICT_RETRIES} attempts"),
+        })
+    }
+
+    /// [`Self::update`] on a MachineDeployment that must exist.
+    async fn update_existing<T>(
+        &self,
+        group: &NodeGroupSpec,
+        list: bool,
+        decide: impl FnMut(u32, &mut Ledger, &[Machine]) -> Result<(u32, T)>,
+    ) -> Result<(u32, T)> {
+        let spec = Self::spec(group)?;
+        self.update(group, list, decide)
+            .await?
+            .ok_or_else(|| Error::Backend {
+                group: group.id.clone(),
+                backend: BACKEND,
+                message: format!(
+                    "MachineDeployment {}/{} does not exist",
+                    spec.namespace, spec.name
+                ),
+            })
+    }
+
     /// The MachineDeployment's Machines.
     async fn machines(&self, group: &NodeGroupSpec) -> Result<Vec<Machine>> {
         let spec = Self::spec(group)?;
@@ -298,6 +407,44 @@ impl ClusterApiProvisioner {
                     &e,
                 )
             })
+    }
+
+    /// Marks Machines `names` with the delete-machine annotation, then sets the replicas to
+    /// `lower(current)`, so the MachineSet deletes exactly those. All or nothing: if a mark
+    /// or the write fails, the marks made are taken off again.
+    async fn remove_machines(
+        &self,
+        group: &NodeGroupSpec,
+        names: &[String],
+        lower: impl FnMut(u32) -> Result<u32>,
+    ) -> Result<u32> {
+        let mut marked = Vec::with_capacity(names.len());
+        let mut outcome = Ok(());
+        for name in names {
+            match self.mark(group, name, true).await {
+                Ok(()) => marked.push(name.clone()),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        let outcome = match outcome {
+            Ok(()) => self.rescale(group, lower).await,
+            Err(e) => Err(e),
+        };
+        if outcome.is_err() {
+            // Nothing changed but the marks: take them off, so a later scale-down does not
+            // pick these Machines for a request that was refused.
+            for name in &marked {
+                if let Err(e) = self.mark(group, name, false).await {
+                    warn!(node_group.id = %group.id, machine = %name, error = %Chain(&e), "removing the delete-machine annotation after a failed delete failed; the Machine stays first in line for the next scale-down");
+                }
+            }
+        } else {
+            info!(node_group.id = %group.id, machines = ?marked, "Machines marked for deletion and replicas lowered");
+        }
+        outcome
     }
 
     /// Re-lists every group for a lookup, at most once per [`LOOKUP_REFRESH`].
@@ -381,15 +528,19 @@ impl Provisioner for ClusterApiProvisioner {
         self.read_scale(group).await.map(|(r, _)| r)
     }
 
-    /// Claims are not kept: a Machine is made by the MachineSet controller after the
-    /// replicas change, so no instance can be named when it is requested.
+    fn keeps_claims(&self) -> bool {
+        true
+    }
+
+    /// Raises the replicas and appends `claims` to the group's [`ledger`] in one write; the
+    /// Machines made for them take the claims by the ledger's rule.
     async fn increase_for(
         &self,
         group: &NodeGroupSpec,
         delta: u32,
-        _claims: &[Claim],
+        claims: &[Claim],
     ) -> Result<u32> {
-        self.rescale(group, |current| {
+        self.update_existing(group, false, |current, ledger, _| {
             let next = current.saturating_add(delta);
             if next > group.max_size {
                 return Err(Error::AboveMax {
@@ -399,23 +550,81 @@ impl Provisioner for ClusterApiProvisioner {
                     max: group.max_size,
                 });
             }
-            Ok(next)
+            ledger.request(delta, claims);
+            Ok((next, ()))
         })
         .await
+        .map(|(next, ())| next)
+    }
+
+    /// The claims of replicas no Machine stands for yet, and of claimed Machines that have no
+    /// Node yet (still booting: withdrawing one deletes it before it is a node).
+    async fn pending_claims(&self, group: &NodeGroupSpec) -> Result<Vec<Claim>> {
+        let found = self
+            .update(group, true, |current, ledger, machines| {
+                let mut claims = ledger.pending_claims();
+                claims.extend(
+                    machines
+                        .iter()
+                        .filter(|m| unborn(m))
+                        .filter_map(|m| ledger.claim_of(m.metadata.name.as_deref()?)),
+                );
+                Ok((current, claims))
+            })
+            .await?;
+        Ok(found.map(|(_, claims)| claims).unwrap_or_default())
+    }
+
+    /// Withdraws pending replicas with the claims (lowering the replicas in the ledger's
+    /// write), then, for claims none of those held, claimed Machines that have no Node yet
+    /// (marked for deletion and the replicas lowered by as many, as a delete request is).
+    async fn withdraw(&self, group: &NodeGroupSpec, claims: &[Claim]) -> Result<u32> {
+        let Some((_, (pending, booting))) = self
+            .update(group, true, |current, ledger, machines| {
+                let creatable = current.saturating_sub(existing(machines));
+                let (withdrawn, left) = ledger.withdraw(claims, creatable);
+                let mut booting: Vec<String> = Vec::new();
+                for claim in &left {
+                    let found = machines.iter().find_map(|m| {
+                        let name = m.metadata.name.as_deref()?;
+                        (unborn(m)
+                            && !booting.iter().any(|b| b == name)
+                            && ledger.claim_of(name).as_ref() == Some(claim))
+                        .then(|| name.to_owned())
+                    });
+                    booting.extend(found);
+                }
+                Ok((current - withdrawn, (withdrawn, booting)))
+            })
+            .await?
+        else {
+            return Ok(0);
+        };
+        if booting.is_empty() {
+            return Ok(pending);
+        }
+        let removing = u32::try_from(booting.len()).unwrap_or(u32::MAX);
+        match self
+            .remove_machines(group, &booting, |current| {
+                Ok(current.saturating_sub(removing))
+            })
+            .await
+        {
+            Ok(_) => Ok(pending + removing),
+            Err(e) if pending > 0 => {
+                warn!(node_group.id = %group.id, withdrawn = pending, machines = ?booting, error = %Chain(&e), "withdrew pending replicas; deleting the booting Machines of ended lifecycles failed and is retried by the next pass");
+                Ok(pending)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn decrease_target(&self, group: &NodeGroupSpec, delta: u32) -> Result<u32> {
         // Machines that exist (and are not going away) are not "not yet created": only the
-        // replicas no Machine stands for yet can be cancelled by lowering the target.
-        let existing = self
-            .machines(group)
-            .await?
-            .iter()
-            .filter(|m| m.metadata.deletion_timestamp.is_none())
-            .count();
-        let existing = u32::try_from(existing).unwrap_or(u32::MAX);
-        self.rescale(group, |current| {
-            let pending = current.saturating_sub(existing);
+        // replicas no Machine stands for yet can be cancelled by lowering the target, and
+        // the newest pending claims go with them.
+        self.update_existing(group, true, |current, ledger, machines| {
+            let pending = current.saturating_sub(existing(machines));
             if delta > pending {
                 return Err(Error::WouldDeleteExisting {
                     group: group.id.clone(),
@@ -424,9 +633,11 @@ impl Provisioner for ClusterApiProvisioner {
                     target: current,
                 });
             }
-            Ok(current - delta)
+            ledger.cancel_newest(delta);
+            Ok((current - delta, ()))
         })
         .await
+        .map(|(next, ())| next)
     }
 
     async fn delete(&self, group: &NodeGroupSpec, nodes: &[NodeRef]) -> Result<u32> {
@@ -471,55 +682,46 @@ impl Provisioner for ClusterApiProvisioner {
                 min: group.min_size,
             });
         }
-        let mut marked = Vec::with_capacity(doomed.len());
-        let mut outcome = Ok(());
-        for name in doomed.keys() {
-            match self.mark(group, name, true).await {
-                Ok(()) => marked.push(name.clone()),
-                Err(e) => {
-                    outcome = Err(e);
-                    break;
-                }
+        let names: Vec<String> = doomed.into_keys().collect();
+        self.remove_machines(group, &names, |current| {
+            if healthy && current.saturating_sub(removing) < group.min_size {
+                return Err(Error::BelowMin {
+                    group: group.id.clone(),
+                    current,
+                    removing,
+                    min: group.min_size,
+                });
             }
-        }
-        let outcome = match outcome {
-            Ok(()) => {
-                self.rescale(group, |current| {
-                    if healthy && current.saturating_sub(removing) < group.min_size {
-                        return Err(Error::BelowMin {
-                            group: group.id.clone(),
-                            current,
-                            removing,
-                            min: group.min_size,
-                        });
-                    }
-                    Ok(current.saturating_sub(removing))
-                })
-                .await
-            }
-            Err(e) => Err(e),
-        };
-        if outcome.is_err() {
-            // Nothing changed but the marks: take them off, so a later scale-down does not
-            // pick these Machines for a request that was refused.
-            for name in &marked {
-                if let Err(e) = self.mark(group, name, false).await {
-                    warn!(node_group.id = %group.id, machine = %name, error = %Chain(&e), "removing the delete-machine annotation after a failed delete failed; the Machine stays first in line for the next scale-down");
-                }
-            }
-        } else {
-            info!(node_group.id = %group.id, machines = ?marked, "Machines marked for deletion and replicas lowered");
-        }
-        outcome
+            Ok(current.saturating_sub(removing))
+        })
+        .await
     }
 
+    /// The Machines as instances, each with the claim the group's [`ledger`] gives it
+    /// (settling the ledger first).
     async fn instances(&self, group: &NodeGroupSpec) -> Result<Vec<Instance>> {
-        let instances: Vec<Instance> = self
-            .machines(group)
-            .await?
-            .iter()
-            .map(instance_of)
-            .collect();
+        let found = self
+            .update(group, true, |current, ledger, machines| {
+                let instances: Vec<Instance> = machines
+                    .iter()
+                    .map(|m| Instance {
+                        claim: m.metadata.name.as_deref().and_then(|n| ledger.claim_of(n)),
+                        ..instance_of(m)
+                    })
+                    .collect();
+                Ok((current, instances))
+            })
+            .await?;
+        let instances = match found {
+            Some((_, instances)) => instances,
+            // No MachineDeployment, so no ledger: its Machines (if any are left) took no claim.
+            None => self
+                .machines(group)
+                .await?
+                .iter()
+                .map(instance_of)
+                .collect(),
+        };
         self.index().replace(&group.id, &instances);
         Ok(instances)
     }

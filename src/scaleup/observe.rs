@@ -3,20 +3,21 @@
 //! and instances of the node groups, gang progress) at one instant and passes them in.
 //! Depends on `audit`'s record types and [`progress`](mod@super::progress)'s types only.
 //!
-//! **Which nodes are a scale-up's.** Where the group's backend keeps claims (memory, kwok:
-//! [`GroupFacts::by_claim`]), by claim: a scale-up's nodes, pending and failed instances are
-//! the ones claimed for it, and a gang lifecycle's the ones claimed for its gang (its phase
-//! counts them against the gang's own node count). A gang lifecycle's own failed instances do
-//! not end it: while its gang has not formed they are handed to the tracker to repair
-//! ([`Observation::failed`]). Instances without a claim there count for no scale-up.
+//! **Which nodes are a scale-up's.** Where the group's backend keeps claims (memory, kwok,
+//! Cluster API: [`GroupFacts::by_claim`]), by claim: a scale-up's nodes, pending and failed
+//! instances are the ones claimed for it, and a gang lifecycle's the ones claimed for its
+//! gang (its phase counts them against the gang's own node count). A gang lifecycle's own
+//! failed instances do not end it: while its gang has not formed they are handed to the
+//! tracker to repair ([`Observation::failed`]). Instances without a claim there count for no
+//! scale-up.
 //!
-//! Elsewhere (Cluster API: a Machine cannot be named when it is requested) nodes carry no
-//! scale-up id, so they are attributed first come, first served: per node group, open
-//! scale-ups in request order each take the oldest not yet taken nodes registered no earlier
-//! than their request (to the second), up to the number of nodes they added; instances the
-//! backend lists that have not registered yet, and then failed instances, are shared out the
-//! same way. Two scale-ups of one group in flight at once may thus swap nodes, which changes
-//! no outcome of a gang: gang phases and outcomes come from the gang itself.
+//! A backend that keeps no claims (none of the shipped ones) gets first come, first served:
+//! per node group, open scale-ups in request order each take the oldest not yet taken nodes
+//! registered no earlier than their request (to the second), up to the number of nodes they
+//! added; instances the backend lists that have not registered yet, and then failed
+//! instances, are shared out the same way. Two scale-ups of one group in flight at once may
+//! thus swap nodes, which changes no outcome of a gang: gang phases and outcomes come from
+//! the gang itself.
 //!
 //! **Gang lifecycles.** The phase is the later of what its scale-up's nodes and its gang show:
 //! `gangFormed` when [`GangProgress::formed`], `volumesAttached` when, in addition, every

@@ -232,3 +232,135 @@ async fn clusterapi_backend_scales_reads_and_deletes_machine_deployments_on_a_re
     );
     assert_eq!(replicas(&client).await, 4);
 }
+
+/// The claim ledger (`gangscaler.io/claims` on the MachineDeployment) on a real API server:
+/// Machines take the claims in the order they were requested, a Machine older than the
+/// ledger takes none, a fresh process reads the same claims, and withdrawing takes pending
+/// replicas first and then booting Machines of the claim, never a Machine with a Node.
+#[tokio::test]
+#[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
+async fn clusterapi_backend_claims_machines_in_request_order_across_a_restart_and_withdraws_by_claim()
+ {
+    use gangscaler::model::Claim;
+    use gangscaler::provision::clusterapi::ledger::LEDGER_ANNOTATION;
+
+    let cluster = Cluster::start("alone-capi-claims").await;
+    let client = cluster.client().await;
+    capi::install_crds(&client).await;
+    capi::deployments(&client)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(capi::machine_deployment("gpu", 1)).unwrap(),
+        )
+        .await
+        .unwrap();
+    let g = group(0, 10);
+    // The replica's Machine from before gangscaler kept claims: adopted, never claimed.
+    machine(&client, "gpu-0-old", None, json!({"phase": "Pending"})).await;
+    let a = ClusterApiProvisioner::new(client.clone());
+    a.sync_groups(std::slice::from_ref(&g)).await.unwrap();
+    let for_a = Claim::for_gang("su-1", "ml", "a");
+    let for_b = Claim::for_gang("su-2", "ml", "b");
+    assert_eq!(
+        a.increase_for(&g, 2, &[for_a.clone(), for_a.clone()])
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        a.increase_for(&g, 1, std::slice::from_ref(&for_b))
+            .await
+            .unwrap(),
+        4
+    );
+    let mut pending = a.pending_claims(&g).await.unwrap();
+    pending.sort_by_key(ToString::to_string);
+    assert_eq!(pending, vec![for_a.clone(), for_a.clone(), for_b.clone()]);
+
+    // The MachineSet's Machines, as Cluster API writes them: two for the first request
+    // (one boots to a Node), one for the second.
+    machine(
+        &client,
+        "gpu-1",
+        Some("standin://gpu-1"),
+        json!({"phase": "Running", "nodeRef": {"name": "gpu-1"}}),
+    )
+    .await;
+    machine(&client, "gpu-2", None, json!({"phase": "Pending"})).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    machine(&client, "gpu-3", None, json!({"phase": "Pending"})).await;
+    let claims_of =
+        |instances: Vec<gangscaler::model::Instance>| -> BTreeMap<String, Option<String>> {
+            instances
+                .into_iter()
+                .map(|i| (i.node_name, i.claim.map(|c| c.to_string())))
+                .collect()
+        };
+    let expected = BTreeMap::from([
+        ("gpu-0-old".to_owned(), None),
+        ("gpu-1".to_owned(), Some(for_a.to_string())),
+        ("gpu-2".to_owned(), Some(for_a.to_string())),
+        ("gpu-3".to_owned(), Some(for_b.to_string())),
+    ]);
+    assert_eq!(claims_of(a.instances(&g).await.unwrap()), expected);
+    // A restarted provider reads them back from the MachineDeployment.
+    let fresh = ClusterApiProvisioner::new(cluster.client().await);
+    fresh.sync_groups(std::slice::from_ref(&g)).await.unwrap();
+    assert_eq!(claims_of(fresh.instances(&g).await.unwrap()), expected);
+    let md = capi::deployments(&client).get("gpu").await.unwrap();
+    let ledger = md.metadata.annotations.unwrap_or_default()[LEDGER_ANNOTATION].clone();
+    assert!(ledger.contains("\"pending\":[]"), "{ledger}");
+
+    // b ended: its booting Machine goes (marked, replicas lowered by one). a ended too:
+    // only its booting Machine goes, never gpu-1, which has a Node.
+    assert_eq!(
+        fresh
+            .withdraw(&g, std::slice::from_ref(&for_b))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(replicas(&client).await, 3);
+    assert_eq!(
+        fresh
+            .withdraw(&g, &[for_a.clone(), for_a.clone()])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(replicas(&client).await, 2);
+    assert_eq!(
+        delete_marks(&client).await,
+        BTreeMap::from([
+            ("gpu-0-old".to_owned(), false),
+            ("gpu-1".to_owned(), false),
+            ("gpu-2".to_owned(), true),
+            ("gpu-3".to_owned(), true),
+        ])
+    );
+    // The MachineSet deletes the marked Machines (no controllers run here).
+    for name in ["gpu-2", "gpu-3"] {
+        capi::machines(&client)
+            .delete(name, &Default::default())
+            .await
+            .unwrap();
+    }
+    // A replica not stood for by any Machine yet is withdrawn from the ledger, in the same
+    // write that lowers the replicas; one without the claim is not.
+    let for_c = Claim::for_gang("su-3", "ml", "c");
+    fresh
+        .increase_for(&g, 1, std::slice::from_ref(&for_c))
+        .await
+        .unwrap();
+    assert_eq!(
+        fresh
+            .withdraw(&g, &[Claim::for_gang("su-9", "ml", "x")])
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(fresh.pending_claims(&g).await.unwrap(), vec![for_c.clone()]);
+    assert_eq!(fresh.withdraw(&g, &[for_c]).await.unwrap(), 1);
+    assert_eq!(replicas(&client).await, 2);
+    assert_eq!(fresh.pending_claims(&g).await.unwrap(), Vec::<Claim>::new());
+}

@@ -160,6 +160,19 @@ async fn ca_scales_gangs_through_cluster_api_survives_kill_9_and_deletes_exactly
         let ok = s.wait_outcome(gang, Duration::from_secs(60)).await;
         assert_eq!(ok.outcome, Outcome::Succeeded, "{gang}: {ok:?}");
     }
+    // Each Machine the MachineSets made took the claim of the gang it was requested for,
+    // across the kill: two for a, two for b, all of recorded scale-ups, none pending.
+    let scale_ups: BTreeSet<String> = decisions
+        .iter()
+        .filter_map(|d| d.scale_up_id.clone())
+        .collect();
+    let claims = claims_on(&s.client, "gpu").await;
+    assert_eq!(
+        claimed_per_gang(&claims, &machines, &scale_ups),
+        BTreeMap::from([("a".to_owned(), 2), ("b".to_owned(), 2)]),
+        "{claims:?}"
+    );
+    assert!(claims.pending.is_empty(), "{claims:?}");
     // Idle node-minutes up to formation; the idle time after a job ends is CA's scale-down
     // delay, the same with or without gangscaler.
     let row = Row::new(
@@ -210,6 +223,45 @@ async fn ca_scales_gangs_through_cluster_api_survives_kill_9_and_deletes_exactly
         ever.len()
     ))
     .record();
+}
+
+/// The claim ledger on MachineDeployment `deployment`: each Machine's claim, and the claims
+/// still pending.
+async fn claims_on(
+    client: &kube::Client,
+    deployment: &str,
+) -> gangscaler::provision::clusterapi::ledger::Ledger {
+    use gangscaler::provision::clusterapi::ledger::Ledger;
+    let md = capi::deployments(client).get(deployment).await.unwrap();
+    Ledger::read(md.metadata.annotations.as_ref())
+        .unwrap()
+        .expect("the MachineDeployment carries a claim ledger")
+}
+
+/// How many of `machines` were claimed for each gang (by name, or a 1.35 Workload's name) of the recorded scale-ups
+/// `scale_ups`; a claim of another scale-up, or none, counts under `"-"`.
+fn claimed_per_gang(
+    ledger: &gangscaler::provision::clusterapi::ledger::Ledger,
+    machines: &[DynamicObject],
+    scale_ups: &BTreeSet<String>,
+) -> BTreeMap<String, usize> {
+    let mut per = BTreeMap::new();
+    for m in machines {
+        let claim = m
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|n| ledger.claim_of(n))
+            .filter(|c| scale_ups.contains(&c.scale_up))
+            // A 1.35 Workload's gang is `<workload>/<podGroup>`: count it by the workload.
+            .and_then(|c| {
+                c.gang
+                    .map(|(_, name)| name.split('/').next().unwrap_or("").to_owned())
+            });
+        *per.entry(claim.unwrap_or_else(|| "-".to_owned()))
+            .or_insert(0) += 1;
+    }
+    per
 }
 
 fn node_ref(m: &DynamicObject) -> Option<String> {
@@ -531,6 +583,18 @@ async fn ca_reserves_cluster_api_nodes_from_registration_and_a_template_without_
             .iter()
             .all(|m| m.data["spec"]["taints"][0]["key"] == RESERVATION_TAINT),
         "the MachineSet copied the template taint into every Machine"
+    );
+    // The nodes were reserved for the gang their Machines were claimed for.
+    let scale_ups: BTreeSet<String> = s
+        .decisions("gpu")
+        .iter()
+        .filter_map(|d| d.scale_up_id.clone())
+        .collect();
+    let claims = claims_on(&s.client, "gpu").await;
+    assert_eq!(
+        claimed_per_gang(&claims, &machines, &scale_ups),
+        BTreeMap::from([("train".to_owned(), 2)]),
+        "{claims:?}"
     );
     eventually(
         "the reservations released as formed",

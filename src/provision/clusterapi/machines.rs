@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::ledger::Seen;
 use super::{INSUFFICIENT_RESOURCES, placeholder_id};
 use crate::model::{ErrorCode, Instance, InstanceError, InstanceState, NodeGroupSpec};
 use crate::provision::NodeRef;
@@ -77,6 +78,35 @@ pub fn instance_of(machine: &Machine) -> Instance {
         error,
         claim: None,
     }
+}
+
+/// `machine` as the claim ledger orders it.
+pub(super) fn seen(machine: &Machine) -> Seen {
+    Seen {
+        name: machine.metadata.name.clone().unwrap_or_default(),
+        created: machine
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second()),
+        deleting: machine.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// Whether `machine` is still booting: not failed, not going away, and no Node yet.
+pub(super) fn unborn(machine: &Machine) -> bool {
+    let i = instance_of(machine);
+    i.state == InstanceState::Creating && i.error.is_none()
+}
+
+/// How many of `machines` exist and are not going away: the replicas past them are not
+/// created yet.
+pub(super) fn existing(machines: &[Machine]) -> u32 {
+    let n = machines
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Whether `machine` is the instance CA named in `node`.
