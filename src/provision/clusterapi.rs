@@ -19,7 +19,8 @@
 //!   a `DecreaseTargetSize` or a withdrawal sets; the Machines take its pending claims by the
 //!   ledger's rule when the group is listed;
 //! - withdrawing the claims of ended lifecycles takes their pending replicas back, then
-//!   deletes their Machines that have no Node yet, as a delete request does.
+//!   deletes their Machines that have neither a providerID nor a Node yet, as a delete
+//!   request does.
 //!
 //! Nothing is kept in memory but a providerID → group index for `NodeGroupForNode`, rebuilt
 //! from the listings, so a restarted provider has nothing to recover and can never create a
@@ -557,8 +558,8 @@ impl Provisioner for ClusterApiProvisioner {
         .map(|(next, ())| next)
     }
 
-    /// The claims of replicas no Machine stands for yet, and of claimed Machines that have no
-    /// Node yet (still booting: withdrawing one deletes it before it is a node).
+    /// The claims of replicas no Machine stands for yet, and of claimed Machines that are not
+    /// machines yet (no providerID, no Node: withdrawing one deletes it before it is a node).
     async fn pending_claims(&self, group: &NodeGroupSpec) -> Result<Vec<Claim>> {
         let found = self
             .update(group, true, |current, ledger, machines| {
@@ -576,8 +577,9 @@ impl Provisioner for ClusterApiProvisioner {
     }
 
     /// Withdraws pending replicas with the claims (lowering the replicas in the ledger's
-    /// write), then, for claims none of those held, claimed Machines that have no Node yet
-    /// (marked for deletion and the replicas lowered by as many, as a delete request is).
+    /// write), then, for claims none of those held, claimed Machines that are not machines
+    /// yet (no providerID, no Node), marked for deletion and the replicas lowered by as many,
+    /// as a delete request is.
     async fn withdraw(&self, group: &NodeGroupSpec, claims: &[Claim]) -> Result<u32> {
         let Some((_, (pending, booting))) = self
             .update(group, true, |current, ledger, machines| {

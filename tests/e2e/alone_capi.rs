@@ -236,7 +236,8 @@ async fn clusterapi_backend_scales_reads_and_deletes_machine_deployments_on_a_re
 /// The claim ledger (`gangscaler.io/claims` on the MachineDeployment) on a real API server:
 /// Machines take the claims in the order they were requested, a Machine older than the
 /// ledger takes none, a fresh process reads the same claims, and withdrawing takes pending
-/// replicas first and then booting Machines of the claim, never a Machine with a Node.
+/// replicas first and then Machines of the claim that are not machines yet, never one with a
+/// providerID.
 #[tokio::test]
 #[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
 async fn clusterapi_backend_claims_machines_in_request_order_across_a_restart_and_withdraws_by_claim()
@@ -277,13 +278,14 @@ async fn clusterapi_backend_claims_machines_in_request_order_across_a_restart_an
     pending.sort_by_key(ToString::to_string);
     assert_eq!(pending, vec![for_a.clone(), for_a.clone(), for_b.clone()]);
 
-    // The MachineSet's Machines, as Cluster API writes them: two for the first request
-    // (one boots to a Node), one for the second.
+    // The MachineSet's Machines, as Cluster API writes them: two for the first request (the
+    // infrastructure has made one: it has a providerID, its Node may be registering), one
+    // for the second.
     machine(
         &client,
         "gpu-1",
         Some("standin://gpu-1"),
-        json!({"phase": "Running", "nodeRef": {"name": "gpu-1"}}),
+        json!({"phase": "Provisioned"}),
     )
     .await;
     machine(&client, "gpu-2", None, json!({"phase": "Pending"})).await;
@@ -311,8 +313,8 @@ async fn clusterapi_backend_claims_machines_in_request_order_across_a_restart_an
     let ledger = md.metadata.annotations.unwrap_or_default()[LEDGER_ANNOTATION].clone();
     assert!(ledger.contains("\"pending\":[]"), "{ledger}");
 
-    // b ended: its booting Machine goes (marked, replicas lowered by one). a ended too:
-    // only its booting Machine goes, never gpu-1, which has a Node.
+    // b ended: its Machine, not a machine yet, goes (marked, replicas lowered by one). a
+    // ended too: only gpu-2 goes, never gpu-1, which has a providerID.
     assert_eq!(
         fresh
             .withdraw(&g, std::slice::from_ref(&for_b))

@@ -93,10 +93,19 @@ pub(super) fn seen(machine: &Machine) -> Seen {
     }
 }
 
-/// Whether `machine` is still booting: not failed, not going away, and no Node yet.
+/// Whether `machine` is not a machine yet: not failed, not going away, and neither a Node
+/// nor a providerID (the infrastructure sets it once the machine exists, before or as its
+/// Node registers, and Cluster API sets the nodeRef only after that: a Machine with a
+/// providerID may already carry running pods).
 pub(super) fn unborn(machine: &Machine) -> bool {
     let i = instance_of(machine);
-    i.state == InstanceState::Creating && i.error.is_none()
+    i.state == InstanceState::Creating
+        && i.error.is_none()
+        && machine
+            .spec
+            .provider_id
+            .as_deref()
+            .is_none_or(str::is_empty)
 }
 
 /// How many of `machines` exist and are not going away: the replicas past them are not
