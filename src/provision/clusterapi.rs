@@ -675,17 +675,9 @@ impl Provisioner for ClusterApiProvisioner {
         }
         let removing = u32::try_from(doomed.len()).unwrap_or(u32::MAX);
         let healthy = doomed.values().any(|failed| !failed);
-        let (current, _) = self.read_scale(group).await?;
-        if healthy && current.saturating_sub(removing) < group.min_size {
-            return Err(Error::BelowMin {
-                group: group.id.clone(),
-                current,
-                removing,
-                min: group.min_size,
-            });
-        }
-        let names: Vec<String> = doomed.into_keys().collect();
-        self.remove_machines(group, &names, |current| {
+        // Healthy Machines may not take the group below its minimum: checked before any
+        // mark, and again against the replicas the write replaces.
+        let lower = |current: u32| {
             if healthy && current.saturating_sub(removing) < group.min_size {
                 return Err(Error::BelowMin {
                     group: group.id.clone(),
@@ -695,8 +687,10 @@ impl Provisioner for ClusterApiProvisioner {
                 });
             }
             Ok(current.saturating_sub(removing))
-        })
-        .await
+        };
+        lower(self.read_scale(group).await?.0)?;
+        let names: Vec<String> = doomed.into_keys().collect();
+        self.remove_machines(group, &names, lower).await
     }
 
     /// The Machines as instances, each with the claim the group's [`ledger`] gives it

@@ -58,6 +58,22 @@ async fn machine(
     .unwrap();
 }
 
+/// A fresh API server `name` with Cluster API's CRDs and MachineDeployment `gpu` at
+/// `replicas`.
+async fn with_deployment(name: &str, replicas: u32) -> (Cluster, kube::Client) {
+    let cluster = Cluster::start(name).await;
+    let client = cluster.client().await;
+    capi::install_crds(&client).await;
+    capi::deployments(&client)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(capi::machine_deployment("gpu", replicas)).unwrap(),
+        )
+        .await
+        .unwrap();
+    (cluster, client)
+}
+
 async fn delete_marks(client: &kube::Client) -> BTreeMap<String, bool> {
     capi::machines(client)
         .list(&Default::default())
@@ -84,16 +100,7 @@ async fn replicas(client: &kube::Client) -> i64 {
 #[tokio::test]
 #[ignore = "needs control-plane binaries: tests/e2e/build.sh"]
 async fn clusterapi_backend_scales_reads_and_deletes_machine_deployments_on_a_real_api_server() {
-    let cluster = Cluster::start("alone-capi").await;
-    let client = cluster.client().await;
-    capi::install_crds(&client).await;
-    capi::deployments(&client)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(capi::machine_deployment("gpu", 0)).unwrap(),
-        )
-        .await
-        .unwrap();
+    let (cluster, client) = with_deployment("alone-capi", 0).await;
     // Two providers (two processes) race: 16 concurrent +1s against max 10.
     let a = Arc::new(ClusterApiProvisioner::new(client.clone()));
     let b = Arc::new(ClusterApiProvisioner::new(cluster.client().await));
@@ -245,16 +252,7 @@ async fn clusterapi_backend_claims_machines_in_request_order_across_a_restart_an
     use gangscaler::model::Claim;
     use gangscaler::provision::clusterapi::ledger::LEDGER_ANNOTATION;
 
-    let cluster = Cluster::start("alone-capi-claims").await;
-    let client = cluster.client().await;
-    capi::install_crds(&client).await;
-    capi::deployments(&client)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(capi::machine_deployment("gpu", 1)).unwrap(),
-        )
-        .await
-        .unwrap();
+    let (cluster, client) = with_deployment("alone-capi-claims", 1).await;
     let g = group(0, 10);
     // The replica's Machine from before gangscaler kept claims: adopted, never claimed.
     machine(&client, "gpu-0-old", None, json!({"phase": "Pending"})).await;

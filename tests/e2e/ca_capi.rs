@@ -162,13 +162,9 @@ async fn ca_scales_gangs_through_cluster_api_survives_kill_9_and_deletes_exactly
     }
     // Each Machine the MachineSets made took the claim of the gang it was requested for,
     // across the kill: two for a, two for b, all of recorded scale-ups, none pending.
-    let scale_ups: BTreeSet<String> = decisions
-        .iter()
-        .filter_map(|d| d.scale_up_id.clone())
-        .collect();
-    let claims = claims_on(&s.client, "gpu").await;
+    let (per_gang, claims) = claimed_per_gang(&s, "gpu", &machines).await;
     assert_eq!(
-        claimed_per_gang(&claims, &machines, &scale_ups),
+        per_gang,
         BTreeMap::from([("a".to_owned(), 2), ("b".to_owned(), 2)]),
         "{claims:?}"
     );
@@ -225,26 +221,28 @@ async fn ca_scales_gangs_through_cluster_api_survives_kill_9_and_deletes_exactly
     .record();
 }
 
-/// The claim ledger on MachineDeployment `deployment`: each Machine's claim, and the claims
-/// still pending.
-async fn claims_on(
-    client: &kube::Client,
-    deployment: &str,
-) -> gangscaler::provision::clusterapi::ledger::Ledger {
-    use gangscaler::provision::clusterapi::ledger::Ledger;
-    let md = capi::deployments(client).get(deployment).await.unwrap();
-    Ledger::read(md.metadata.annotations.as_ref())
-        .unwrap()
-        .expect("the MachineDeployment carries a claim ledger")
-}
-
-/// How many of `machines` were claimed for each gang (by name, or a 1.35 Workload's name) of the recorded scale-ups
-/// `scale_ups`; a claim of another scale-up, or none, counts under `"-"`.
-fn claimed_per_gang(
-    ledger: &gangscaler::provision::clusterapi::ledger::Ledger,
+/// The claim ledger on MachineDeployment `group` (each Machine's claim, and the claims still
+/// pending), and how many of `machines` were claimed for each gang (by name, or a 1.35
+/// Workload's name) of a scale-up recorded on `group`; a claim of another scale-up, or none,
+/// counts under `"-"`.
+async fn claimed_per_gang(
+    s: &Scenario,
+    group: &str,
     machines: &[DynamicObject],
-    scale_ups: &BTreeSet<String>,
-) -> BTreeMap<String, usize> {
+) -> (
+    BTreeMap<String, usize>,
+    gangscaler::provision::clusterapi::ledger::Ledger,
+) {
+    use gangscaler::provision::clusterapi::ledger::Ledger;
+    let md = capi::deployments(&s.client).get(group).await.unwrap();
+    let ledger = Ledger::read(md.metadata.annotations.as_ref())
+        .unwrap()
+        .expect("the MachineDeployment carries a claim ledger");
+    let scale_ups: BTreeSet<String> = s
+        .decisions(group)
+        .iter()
+        .filter_map(|d| d.scale_up_id.clone())
+        .collect();
     let mut per = BTreeMap::new();
     for m in machines {
         let claim = m
@@ -261,7 +259,7 @@ fn claimed_per_gang(
         *per.entry(claim.unwrap_or_else(|| "-".to_owned()))
             .or_insert(0) += 1;
     }
-    per
+    (per, ledger)
 }
 
 fn node_ref(m: &DynamicObject) -> Option<String> {
@@ -585,14 +583,9 @@ async fn ca_reserves_cluster_api_nodes_from_registration_and_a_template_without_
         "the MachineSet copied the template taint into every Machine"
     );
     // The nodes were reserved for the gang their Machines were claimed for.
-    let scale_ups: BTreeSet<String> = s
-        .decisions("gpu")
-        .iter()
-        .filter_map(|d| d.scale_up_id.clone())
-        .collect();
-    let claims = claims_on(&s.client, "gpu").await;
+    let (per_gang, claims) = claimed_per_gang(&s, "gpu", &machines).await;
     assert_eq!(
-        claimed_per_gang(&claims, &machines, &scale_ups),
+        per_gang,
         BTreeMap::from([("train".to_owned(), 2)]),
         "{claims:?}"
     );

@@ -88,14 +88,12 @@ impl Ledger {
     }
 
     /// Applies the rule to `machines`, the group's listing: unseen Machines take the oldest
-    /// pending entries, Machines gone are dropped. Returns whether the ledger changed.
-    pub fn settle(&mut self, machines: &[Seen]) -> bool {
-        let before_len = self.machines.len();
+    /// pending entries, Machines gone are dropped.
+    pub fn settle(&mut self, machines: &[Seen]) {
         let listed: std::collections::BTreeSet<&str> =
             machines.iter().map(|m| m.name.as_str()).collect();
         self.machines
             .retain(|name, _| listed.contains(name.as_str()));
-        let mut changed = self.machines.len() != before_len;
         let mut unseen: Vec<&Seen> = machines
             .iter()
             .filter(|m| !self.machines.contains_key(&m.name))
@@ -110,10 +108,8 @@ impl Ledger {
                 String::new()
             };
             self.machines.insert(m.name.clone(), claim);
-            changed = true;
         }
         self.pending.drain(..taken);
-        changed
     }
 
     /// Drops the `n` newest pending entries (replicas cancelled before a Machine stood for
@@ -186,14 +182,18 @@ mod tests {
             seen("m-y", 202),
             seen("m-x", 201),
         ];
-        assert!(l.settle(&listing));
+        let before = l.clone();
+        l.settle(&listing);
+        assert_ne!(l, before);
         assert_eq!(l.claim_of("old"), None);
         assert_eq!(l.claim_of("m-x"), Some(claim("su-1", "a")));
         assert_eq!(l.claim_of("m-z"), Some(claim("su-1", "a")));
         assert_eq!(l.claim_of("m-y"), Some(claim("su-2", "b")));
         assert!(l.pending.is_empty());
-        assert!(
-            !l.settle(&listing),
+        let settled = l.clone();
+        l.settle(&listing);
+        assert_eq!(
+            l, settled,
             "a second pass over the same listing changes nothing"
         );
     }
@@ -201,7 +201,8 @@ mod tests {
     #[test]
     fn a_machine_seen_while_nothing_is_pending_never_takes_a_later_claim() {
         let mut l = Ledger::default();
-        assert!(l.settle(&[seen("stray", 200)]));
+        l.settle(&[seen("stray", 200)]);
+        assert_eq!(l.machines.len(), 1, "the stray Machine is seen");
         l.request(1, &[claim("su-1", "a")]);
         l.settle(&[seen("stray", 200), seen("new", 210)]);
         assert_eq!(l.claim_of("stray"), None);
@@ -217,7 +218,7 @@ mod tests {
         l.settle(&[going]);
         assert_eq!(l.claim_of("going"), None);
         assert_eq!(l.pending_claims(), vec![claim("su-1", "a")]);
-        assert!(l.settle(&[]));
+        l.settle(&[]);
         assert!(l.machines.is_empty());
     }
 
