@@ -35,6 +35,9 @@ scripts/commit-subjects.sh
 step "docs: docs/modules.md is what scripts/modules-doc.py writes from src/"
 python3 scripts/modules-doc.py --check
 
+step "soak: the accounting of orphan idle and assembly wait (tests/soak/test_accounting.py)"
+python3 -m unittest discover -s tests/soak -p 'test_*.py'
+
 step "validate shipped configs"
 cargo run --quiet --locked -- validate --config provider-configs
 

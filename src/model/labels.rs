@@ -35,6 +35,9 @@ pub const SCALE_DOWN_PROTECTED_FOR: &str = "gangscaler.io/scale-down-protected-f
 /// Annotation on a node a backend created for a [`Claim`](super::Claim): the claim's text
 /// form, the scale-up (and gang) the node was requested for.
 pub const REQUESTED_FOR: &str = "gangscaler.io/requested-for";
+/// Annotation on a kwok node: when its instance was requested, in Unix milliseconds, so that
+/// a node's provisioning time (its creation minus this) can be measured (the soak does).
+pub const REQUESTED_AT: &str = "gangscaler.io/requested-at";
 
 /// Default GPU extended-resource name (NVIDIA device plugin).
 pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";

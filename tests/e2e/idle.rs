@@ -136,6 +136,111 @@ impl Attribution {
     }
 }
 
+/// What a GPU node carried when it was seen: its creation, and what and when it was
+/// requested for (the kwok backend's `gangscaler.io/requested-at` and `-for` annotations).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFacts {
+    /// `metadata.creationTimestamp`, Unix ms (kwok nodes are Ready from creation).
+    pub created_ms: Option<i64>,
+    /// When its instance was requested, Unix ms.
+    pub requested_ms: Option<i64>,
+    /// The claim it was requested for (scale-up id, and gang when gangscaler knew it).
+    pub requested_for: Option<String>,
+    /// GPUs it has.
+    pub gpus: f64,
+}
+
+/// A stretch during which a node had a GPU pod of `gang` bound (the first gang by name when
+/// pods of several were).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Busy {
+    /// First observation with it bound, Unix ms.
+    pub from_ms: i64,
+    /// First observation without it (idle, another gang first, or the node gone); none while
+    /// it lasts.
+    pub to_ms: Option<i64>,
+    /// The gang (its pods are `<gang>-<i>`).
+    pub gang: String,
+}
+
+/// One node's life as the sampler saw it, for the soak's orphan and assembly accounting
+/// (`tests/soak/report.py`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeLife {
+    /// Its facts when first seen.
+    #[serde(flatten)]
+    pub facts: NodeFacts,
+    /// First observation with it, Unix ms.
+    pub first_seen_ms: i64,
+    /// First observation without it, Unix ms; none while it exists.
+    pub gone_ms: Option<i64>,
+    /// Its busy stretches, in order; idle time is everything else between first seen and gone.
+    pub busy: Vec<Busy>,
+}
+
+/// Every GPU node's life, by name.
+#[derive(Debug, Clone, Default)]
+pub struct NodeLives {
+    nodes: BTreeMap<String, NodeLife>,
+}
+
+impl NodeLives {
+    /// One observation at `now_ms`: the GPU nodes that exist (with their facts) and, for each
+    /// busy one, the gang of its bound GPU pods.
+    pub fn observe(
+        &mut self,
+        now_ms: i64,
+        current: &BTreeMap<String, NodeFacts>,
+        busy: &BTreeMap<String, String>,
+    ) {
+        for (name, life) in &mut self.nodes {
+            if life.gone_ms.is_none() && !current.contains_key(name) {
+                life.gone_ms = Some(now_ms);
+                close(life, now_ms);
+            }
+        }
+        for (name, facts) in current {
+            let life = self.nodes.entry(name.clone()).or_insert_with(|| NodeLife {
+                facts: facts.clone(),
+                first_seen_ms: now_ms,
+                gone_ms: None,
+                busy: Vec::new(),
+            });
+            let open_gang = life
+                .busy
+                .last()
+                .filter(|b| b.to_ms.is_none())
+                .map(|b| b.gang.clone());
+            let gang = busy.get(name);
+            if open_gang.as_ref() != gang {
+                close(life, now_ms);
+                if let Some(gang) = gang {
+                    life.busy.push(Busy {
+                        from_ms: now_ms,
+                        to_ms: None,
+                        gang: gang.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The lives so far, by node name.
+    pub fn lives(&self) -> &BTreeMap<String, NodeLife> {
+        &self.nodes
+    }
+}
+
+/// Ends `life`'s open busy stretch, if any, at `now_ms`.
+fn close(life: &mut NodeLife, now_ms: i64) {
+    if let Some(open) = life.busy.last_mut().filter(|b| b.to_ms.is_none()) {
+        open.to_ms = Some(now_ms);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +310,51 @@ mod tests {
         );
         assert_eq!(c.unused, 3.0, "b went unused: {c:?}");
         assert_eq!(c.waiting, 1.0 + 2.0, "a waited one second, c two: {c:?}");
+    }
+
+    fn facts(created_ms: i64) -> NodeFacts {
+        NodeFacts {
+            created_ms: Some(created_ms),
+            requested_ms: Some(created_ms - 90_000),
+            requested_for: Some("su-1-1/default/a".to_owned()),
+            gpus: 8.0,
+        }
+    }
+
+    #[test]
+    fn node_lives_record_busy_stretches_by_gang_and_close_them_when_a_node_goes() {
+        let mut lives = NodeLives::default();
+        let n1 = BTreeMap::from([("n1".to_owned(), facts(500))]);
+        let both = BTreeMap::from([("n1".to_owned(), facts(500)), ("n2".to_owned(), facts(900))]);
+        let on = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(n, g)| ((*n).to_owned(), (*g).to_owned()))
+                .collect()
+        };
+        lives.observe(1_000, &n1, &on(&[]));
+        lives.observe(2_000, &both, &on(&[("n1", "a")]));
+        lives.observe(3_000, &both, &on(&[("n1", "a"), ("n2", "a")]));
+        // n1 changes hands from a to b with no idle observation between.
+        lives.observe(4_000, &both, &on(&[("n1", "b")]));
+        lives.observe(5_000, &n1, &on(&[]));
+        let l = lives.lives();
+        let n1 = &l["n1"];
+        assert_eq!(n1.first_seen_ms, 1_000);
+        assert_eq!(n1.facts, facts(500));
+        assert_eq!(n1.gone_ms, None);
+        let spans: Vec<_> = n1
+            .busy
+            .iter()
+            .map(|b| (b.from_ms, b.to_ms, b.gang.as_str()))
+            .collect();
+        assert_eq!(
+            spans,
+            [(2_000, Some(4_000), "a"), (4_000, Some(5_000), "b")]
+        );
+        let n2 = &l["n2"];
+        assert_eq!((n2.first_seen_ms, n2.gone_ms), (2_000, Some(5_000)));
+        let spans: Vec<_> = n2.busy.iter().map(|b| (b.from_ms, b.to_ms)).collect();
+        assert_eq!(spans, [(3_000, Some(4_000))]);
     }
 }

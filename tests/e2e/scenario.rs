@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gangscaler::audit::{DecisionEvent, Event, OutcomeEvent, Record, read_files};
+use gangscaler::model::labels;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use rcgen::ExtendedKeyUsagePurpose;
@@ -19,7 +20,7 @@ use super::harness::{
     self, Autoscaler, AutoscalerSpec, Cluster, Forwarder, Proc, TestCa, Transport, Versions,
     eventually, free_port, write,
 };
-use super::idle::Attribution;
+use super::idle::{Attribution, NodeFacts, NodeLives};
 use super::{capi, chart};
 use super::{create_dynamic, start_gangscaler, start_gangscaler_with_env};
 
@@ -978,6 +979,8 @@ pub struct Sample {
     pub removed: BTreeSet<String>,
     /// The idle node time by cause (`idle.rs`).
     pub attribution: Attribution,
+    /// Every GPU node's life: facts, busy stretches by gang (`idle.rs`).
+    pub lives: NodeLives,
 }
 
 impl Sample {
@@ -985,6 +988,13 @@ impl Sample {
     pub fn idle_node_minutes(&self) -> f64 {
         self.idle_node_seconds / 60.0
     }
+}
+
+/// Unix time now, milliseconds.
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Lists the GPU nodes and pods once a second and integrates idle GPU node time.
@@ -1014,7 +1024,10 @@ impl Sampler {
                 let now = Instant::now();
                 let dt = now.duration_since(last).as_secs_f64();
                 last = now;
-                let busy: BTreeSet<String> = p
+                // Node → the first gang (by name) of the GPU pods bound to it; a member pod
+                // is `<gang>-<i>`.
+                let mut busy_by: BTreeMap<String, String> = BTreeMap::new();
+                for (node, pod) in p
                     .items
                     .iter()
                     .filter(|pod| {
@@ -1030,9 +1043,20 @@ impl Sampler {
                                 })
                             })
                     })
-                    .filter_map(|pod| pod.spec.as_ref()?.node_name.clone())
-                    .collect();
-                let current: BTreeMap<String, f64> = n
+                    .filter_map(|pod| {
+                        let node = pod.spec.as_ref()?.node_name.clone()?;
+                        let name = pod.metadata.name.as_deref()?;
+                        let gang = name.rsplit_once('-').map_or(name, |(g, _)| g);
+                        Some((node, gang.to_owned()))
+                    })
+                {
+                    let first = busy_by.entry(node).or_insert_with(|| pod.clone());
+                    if pod < *first {
+                        *first = pod;
+                    }
+                }
+                let busy: BTreeSet<String> = busy_by.keys().cloned().collect();
+                let facts: BTreeMap<String, NodeFacts> = n
                     .items
                     .iter()
                     .filter_map(|node| {
@@ -1045,8 +1069,24 @@ impl Sampler {
                             .0
                             .parse::<f64>()
                             .ok()?;
-                        Some((node.metadata.name.clone()?, gpus))
+                        let note =
+                            |key: &str| node.metadata.annotations.as_ref()?.get(key).cloned();
+                        let facts = NodeFacts {
+                            created_ms: node
+                                .metadata
+                                .creation_timestamp
+                                .as_ref()
+                                .map(|t| t.0.as_millisecond()),
+                            requested_ms: note(labels::REQUESTED_AT).and_then(|v| v.parse().ok()),
+                            requested_for: note(labels::REQUESTED_FOR),
+                            gpus,
+                        };
+                        Some((node.metadata.name.clone()?, facts))
                     })
+                    .collect();
+                let current: BTreeMap<String, f64> = facts
+                    .iter()
+                    .map(|(name, f)| (name.clone(), f.gpus))
                     .collect();
                 let mut guard = shared.lock().unwrap();
                 let (sample, since) = &mut *guard;
@@ -1057,6 +1097,7 @@ impl Sampler {
                 sample
                     .attribution
                     .observe(dt, current.keys().map(String::as_str), &busy);
+                sample.lives.observe(unix_ms(), &facts, &busy_by);
                 for (name, gpus) in &current {
                     if !busy.contains(name) {
                         sample.idle_node_seconds += dt;

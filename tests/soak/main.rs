@@ -125,6 +125,26 @@ fn groups(trace: &trace::Trace, reserve: bool) -> Vec<Group> {
         .collect()
 }
 
+/// Every time CA backed a node group off (its `Disabling scale-up for node group` warning,
+/// `clusterstate/clusterstate.go` in 1.34–1.36): the UTC second of the day, the group and the
+/// error code (`cloudProviderError` for a refused `NodeGroupIncreaseSize`, the instance's code
+/// for a failed instance, such as a stock-out).
+fn ca_backoffs(log: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.split_once("Disabling scale-up for node group ")?.1;
+            let group = rest.split_whitespace().next()?;
+            let code = rest.split_once("errorCode=").map_or("", |(_, c)| c.trim());
+            Some(serde_json::json!({
+                "atDayS": harness::klog_day_seconds(line),
+                "group": group,
+                "errorCode": code,
+            }))
+        })
+        .collect()
+}
+
 fn save(dir: &Path, name: &str, text: &str) {
     harness::write(&dir.join(name), text);
 }
@@ -137,9 +157,12 @@ async fn soak_replays_the_trace_with_the_real_ca() {
     let minutes = cfg.minutes.unwrap_or(trace.header.minutes);
     std::fs::create_dir_all(&cfg.results).unwrap();
     // CA logs at --v=2 here (the e2e's --v=4 writes gigabytes at a thousand nodes).
+    // CA gives a node 5 minutes to come, above the longest provisioning time a trace draws
+    // (trace.py caps it at 4 minutes).
     let setup = Setup::new("soak", &cfg.policy, groups(&trace, cfg.reserve))
         .lifecycle(LIFECYCLE)
-        .ca_flag("v", "2");
+        .ca_flag("v", "2")
+        .ca_flag("max-node-provision-time", "5m");
     let s = Scenario::start(setup).await;
     eprintln!(
         "soak: {} gangs over {minutes} min under {}; logs in {}",
@@ -155,6 +178,7 @@ async fn soak_replays_the_trace_with_the_real_ca() {
     };
     let run = replay::run(&s, &trace, opts).await;
     let sample = s.sampler.sample();
+    let backoffs = ca_backoffs(&s.ca.log);
     let ca_metrics = s.ca.metrics_text().await;
     let gangscaler_metrics = s.gangscaler_metrics().await;
     save(&cfg.results, "ca-metrics.txt", &ca_metrics);
@@ -187,6 +211,8 @@ async fn soak_replays_the_trace_with_the_real_ca() {
             "causeNodeMinutes": sample.attribution.causes().minutes_json(),
         },
         "replay": run,
+        "nodes": sample.lives.lives(),
+        "caBackoffs": backoffs,
         "logs": s.cluster.dir,
     });
     save(

@@ -3,6 +3,13 @@
 
     tests/soak/report.py RESULTS_DIR [RESULTS_DIR ...]
     tests/soak/report.py --matrix ROOT
+    tests/soak/report.py --summary RESULTS_DIR --campaign NAME --commit SHA [--repeat N]
+    tests/soak/report.py --table SUMMARIES_ROOT
+    tests/soak/report.py --check DOC SUMMARIES_ROOT
+
+`--summary` prints one run's summary (small JSON; the scarcity soak commits these under
+tests/soak/runs/); `--table` prints the scarcity tables from every summary under the root;
+`--check` fails when the tables between the `soak-table` markers of DOC differ from them.
 
 
 Each RESULTS_DIR is one run's folder, as the soak test writes it (`results.json`,
@@ -17,6 +24,8 @@ import math
 import os
 import re
 import sys
+
+import accounting
 
 SERIES = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -333,10 +342,261 @@ def matrix(root):
         print()
 
 
+# --- the scarcity soak: one summary per run, tables from the committed summaries ---
+
+SUMMARY_SCHEMA = 1
+# The arms, in table order: name → (policy, reservation).
+ARMS = {"off": ("off", False), "strict": ("strict", False), "reserve": ("strict", True)}
+
+
+def audit_rules(run_dir):
+    """Decisions by verdict and rule, from the audit log."""
+    out = {}
+    text = read(os.path.join(run_dir, "audit.jsonl"), "") or ""
+    for line in text.splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("event") == "decision":
+            key = f"{r.get('verdict')}:{r.get('rule')}"
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def day_seconds(ms_):
+    return (ms_ / 1000.0) % 86400.0
+
+
+def in_day_window(at, lo_ms, hi_ms):
+    """Whether a klog second-of-day lies in [lo_ms, hi_ms] (which span less than a day)."""
+    lo, hi = day_seconds(lo_ms), day_seconds(hi_ms)
+    return lo <= at <= hi if lo <= hi else (at >= lo or at <= hi)
+
+
+def summary(run_dir, campaign, commit, repeat=1):
+    """One run's figures over its measured window, as the JSON the tables are built from."""
+    res, audit, ca, gs = load(run_dir)
+    rp, trace = res["replay"], res["trace"]
+    start = rp["startedMs"]
+    end = start + int(rp["durationS"] * 1000)
+    lo = start + int(trace.get("warmupS", 0) * 1000)
+    window = (lo, end)
+    gangs = rp["gangs"]
+    created = {g["name"]: g["createdMs"] for g in gangs if g.get("createdMs")}
+    lives = res.get("nodes") or {}
+    minutes = lambda x: round(x / 60000.0, 2)
+    idle = {k: minutes(v) for k, v in accounting.causes(lives, created, window).items()}
+    idle["total"] = round(sum(v for k, v in idle.items()), 2)
+    per_gang = accounting.assembly(lives, created, window)
+    wait = sum(w for w, _ in per_gang.values())
+    floor = sum(f for _, f in per_gang.values())
+    node_ms = sum(accounting.clip(l["firstSeenMs"], l.get("goneMs") or end, lo, end)
+                  for l in lives.values())
+    fit = [g for g in gangs if g["fits"]]
+    started = [g for g in fit if g.get("formedMs") and lo <= g["formedMs"] <= end]
+    by_name = {g["name"]: g for g in gangs}
+    run_s = run_times(res["tracePath"])
+    gpus_per_node = trace.get("gpusPerNode", 8)
+    work = sum(g["members"] * g["gpus"] / gpus_per_node * run_s.get(g["name"], 0) / 60 for g in started)
+    arrived = [g for g in fit if g.get("createdMs") and g["createdMs"] >= lo]
+    to_start = [(g["formedMs"] - g["createdMs"]) / 1000 for g in arrived if g.get("formedMs")]
+    backoffs = {}
+    for b in res.get("caBackoffs", []):
+        if b.get("atDayS") is not None and in_day_window(b["atDayS"], lo, end):
+            backoffs[b["errorCode"] or "?"] = backoffs.get(b["errorCode"] or "?", 0) + 1
+    failed = {l.get("reason", "?"): v for l, v in series(ca, "cluster_autoscaler_failed_scale_ups_total", {}) if v}
+    q, total, count = histogram(gs, "grpc_server_handling_seconds", {"grpc_method": "NodeGroupIncreaseSize"})
+    ps = rp["gangscalerProc"]
+    tck = rp["clkTck"] or 100
+    in_win = [p for p in ps if p["tS"] * 1000 + start >= lo] if ps and "tS" in ps[0] else ps
+    cpu = None
+    if in_win and len(in_win) > 1:
+        cpu = 100 * (in_win[-1]["cpuTicks"] - in_win[0]["cpuTicks"]) / tck / max((in_win[-1]["tS"] - in_win[0]["tS"]), 1)
+    ov = audit.get("overall", {})
+    g0 = (trace.get("groups") or [{}])[0]
+    arm_name = next((a for a, (p, r) in ARMS.items() if p == res["policy"] and r == bool(res.get("reservation"))), arm(res))
+    r2 = lambda x: None if x is None else round(x, 2)
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "campaign": campaign,
+        "commit": commit,
+        "measuredAt": time_iso(start),
+        "arm": arm_name,
+        "seed": res["seed"],
+        "capacityRatio": trace.get("capacityRatio"),
+        "repeat": repeat,
+        "ca": res["ca"],
+        "k8s": res["k8s"],
+        "trace": {k: trace.get(k) for k in ("minutes", "warmupS", "drainS", "runS", "giveUpS",
+                                            "peakNodes", "gangs", "pods", "unfittable",
+                                            "warmGangs", "warmNodes", "expectedPeakNodes")}
+                 | {"provisionS": [g0.get("provisionDelayS"), (g0.get("provisionDelayS") or 0) + (g0.get("provisionJitterS") or 0)],
+                    "stockout": g0.get("stockout")},
+        "windowMinutes": minutes(end - lo),
+        "gpuNodeMinutes": minutes(node_ms),
+        "peakNodes": res["idle"]["maxNodes"],
+        "idleNodeMinutes": idle,
+        "assembly": {"gangs": len(per_gang), "waitNodeMinutes": minutes(wait),
+                     "floorNodeMinutes": minutes(floor),
+                     "ratio": r2(wait / floor) if floor else None},
+        "work": {"gangsStarted": len(started), "gpuNodeMinutesStarted": r2(work),
+                 "fittableArrived": len(arrived),
+                 "arrivedNotStarted": sum(1 for g in arrived if not g.get("formedMs"))},
+        "timeToStartS": {"p50": r2(nearest_rank(to_start, 50)), "p95": r2(nearest_rank(to_start, 95)),
+                         "n": len(to_start)},
+        "caBackoffs": backoffs,
+        "caFailedScaleUps": failed,
+        "decisions": audit_rules(run_dir),
+        "nodesAskedApplied": [ov.get("nodesAsked", 0), ov.get("nodesApplied", 0)],
+        "increaseSizeMs": {"p50": r2(q(0.5) * 1000) if q(0.5) is not None else None,
+                           "p95": r2(q(0.95) * 1000) if q(0.95) is not None else None,
+                           "calls": int(count)},
+        "gangscaler": {"cpuCorePercent": r2(cpu),
+                       "peakRssMiB": r2(max(p["vmHwmKb"] for p in ps) / 1024) if ps else None},
+    }
+
+
+def run_times(trace_path):
+    """Each gang's run time in the trace, by name."""
+    out = {}
+    for line in (read(trace_path, "") or "").splitlines():
+        d = json.loads(line)
+        if d.get("kind") == "gang":
+            out[d["name"]] = d["runS"]
+    if not out:
+        sys.exit(f"{trace_path}: no gangs (the summary needs the run's trace)")
+    return out
+
+
+def time_iso(ms_):
+    import datetime
+    return datetime.datetime.fromtimestamp(ms_ / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def load_summaries(root):
+    out = []
+    for d, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            if f.endswith(".json"):
+                with open(os.path.join(d, f), encoding="utf-8") as fh:
+                    s = json.load(fh)
+                if s.get("schema") == SUMMARY_SCHEMA:
+                    out.append(s)
+    return out
+
+
+# Table rows: (label, getter, format, higher_is_better or None).
+ROWS = [
+    ("**Orphan idle** (GPU node-min)", lambda s: s["idleNodeMinutes"]["orphan"], "{:.1f}"),
+    ("Assembly wait (GPU node-min)", lambda s: s["assembly"]["waitNodeMinutes"], "{:.1f}"),
+    ("… its floor", lambda s: s["assembly"]["floorNodeMinutes"], "{:.1f}"),
+    ("… wait / floor", lambda s: s["assembly"]["ratio"], "{:.2f}"),
+    ("Reuse wait; after job (GPU node-min)",
+     lambda s: (s["idleNodeMinutes"]["reuseWait"], s["idleNodeMinutes"]["afterJob"]), "{:.1f}; {:.1f}"),
+    ("Idle, all causes (GPU node-min)", lambda s: s["idleNodeMinutes"]["total"], "{:.1f}"),
+    ("GPU node-minutes in the window", lambda s: s["gpuNodeMinutes"], "{:.1f}"),
+    ("**GPU work started** (GPU node-min)", lambda s: s["work"]["gpuNodeMinutesStarted"], "{:.1f}"),
+    ("Gangs started", lambda s: s["work"]["gangsStarted"], "{:.0f}"),
+    ("Time to start P50 / P95 (s)", lambda s: (s["timeToStartS"]["p50"], s["timeToStartS"]["p95"]), "{:.0f} / {:.0f}"),
+    ("Arrived in the window, not started", lambda s: s["work"]["arrivedNotStarted"], "{:.0f}"),
+    ("CA backoffs caused by refusals", lambda s: s["caBackoffs"].get("cloudProviderError", 0), "{:.0f}"),
+    ("CA backoffs, other causes", lambda s: sum(v for k, v in s["caBackoffs"].items() if k != "cloudProviderError"), "{:.0f}"),
+    ("NodeGroupIncreaseSize P50 / P95 (ms)", lambda s: (s["increaseSizeMs"]["p50"], s["increaseSizeMs"]["p95"]), "{:.1f} / {:.1f}"),
+    ("gangscaler CPU (% of a core); peak RSS (MiB)",
+     lambda s: (s["gangscaler"]["cpuCorePercent"], s["gangscaler"]["peakRssMiB"]), "{:.1f}; {:.0f}"),
+]
+# The rows whose paired difference against `off` the table gives.
+PAIRED = [0, 1, 3, 5, 7, 8]
+
+
+def fmt_value(fmt, v):
+    if isinstance(v, tuple):
+        return "–" if any(x is None for x in v) else fmt.format(*v)
+    return "–" if v is None else fmt.format(v)
+
+
+def table(root):
+    """The scarcity tables: per campaign and capacity ratio, each run as a column, then the
+    paired differences against `off` on the same seed and the `off` repeat's noise."""
+    sums = load_summaries(root)
+    if not sums:
+        sys.exit(f"no summaries under {root}")
+    lines = []
+    order = list(ARMS)
+    for campaign in sorted({s["campaign"] for s in sums}):
+        for ratio in sorted({s["capacityRatio"] for s in sums if s["campaign"] == campaign}):
+            runs = sorted((s for s in sums if s["campaign"] == campaign and s["capacityRatio"] == ratio),
+                          key=lambda s: (s["seed"], order.index(s["arm"]) if s["arm"] in order else 9, s["repeat"]))
+            commits = sorted({s["commit"][:7] for s in runs})
+            t = runs[0]["trace"]
+            lines.append(f"#### {campaign}, capacity ratio {ratio:g}\n")
+            lines.append(f"Gangscaler {', '.join(commits)}; CA {runs[0]['ca']}, Kubernetes {runs[0]['k8s']}; "
+                         f"{t['minutes']:g} min per run ({t['warmupS'] / 60:g} warm-up left out, last "
+                         f"{t['drainS'] / 60:g} without arrivals); peak ≈ {t['peakNodes']} nodes; provisioning "
+                         f"{t['provisionS'][0]:g}–{t['provisionS'][1]:g} s; stock-outs {t['stockout']:g}.\n")
+            heads = [f"seed {s['seed']} {s['arm']}" + (f" #{s['repeat']}" if s["repeat"] > 1 else "") for s in runs]
+            lines.append("| figure | " + " | ".join(heads) + " |")
+            lines.append("|---|" + "---|" * len(runs))
+            for label, get, fmt in ROWS:
+                lines.append(f"| {label} | " + " | ".join(fmt_value(fmt, get(s)) for s in runs) + " |")
+            diffs = []
+            for s in runs:
+                off = next((o for o in runs if o["seed"] == s["seed"] and o["arm"] == "off" and o["repeat"] == 1), None)
+                if off is None or s is off:
+                    continue
+                name = f"seed {s['seed']} {s['arm']}" + (f" #{s['repeat']}" if s["repeat"] > 1 else "")
+                cells = []
+                for i in PAIRED:
+                    label, get, fmt = ROWS[i]
+                    a, b = get(s), get(off)
+                    cells.append("–" if a is None or b is None else f"{a - b:+.1f}")
+                diffs.append(f"| {name} − off | " + " | ".join(cells) + " |")
+            if diffs:
+                lines.append("\nPaired differences against `off` on the same seed (an `off #2` row is "
+                             "the run-to-run noise):\n")
+                lines.append("| pair | " + " | ".join(ROWS[i][0].replace("**", "") for i in PAIRED) + " |")
+                lines.append("|---|" + "---|" * len(PAIRED))
+                lines.extend(diffs)
+            lines.append("")
+    return "\n".join(lines)
+
+
+BEGIN, END = "<!-- soak-table: begin (tests/soak/report.py --table tests/soak/runs) -->", "<!-- soak-table: end -->"
+
+
+def check(doc, root):
+    text = read(doc, "")
+    if BEGIN not in text or END not in text:
+        sys.exit(f"{doc}: no {BEGIN!r} … {END!r} markers")
+    inside = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    want = table(root).strip()
+    if inside != want:
+        sys.exit(f"{doc}: the soak tables differ from `tests/soak/report.py --table {root}`; "
+                 f"paste its output between the markers")
+    print(f"{doc}: soak tables match {root}")
+
+
 def main():
     dirs = sys.argv[1:]
     if dirs[:1] == ["--matrix"] and len(dirs) == 2:
         matrix(dirs[1])
+        return
+    if dirs[:1] == ["--summary"]:
+        import argparse
+        ap = argparse.ArgumentParser(prog="report.py --summary")
+        ap.add_argument("run_dir")
+        ap.add_argument("--campaign", required=True)
+        ap.add_argument("--commit", required=True)
+        ap.add_argument("--repeat", type=int, default=1)
+        a = ap.parse_args(dirs[1:])
+        print(json.dumps(summary(a.run_dir, a.campaign, a.commit, a.repeat), indent=1, sort_keys=True))
+        return
+    if dirs[:1] == ["--table"] and len(dirs) == 2:
+        print(table(dirs[1]))
+        return
+    if dirs[:1] == ["--check"] and len(dirs) == 3:
+        check(dirs[1], dirs[2])
         return
     if not dirs:
         sys.exit(__doc__)

@@ -148,8 +148,7 @@ impl KwokProvisioner {
                 }
                 Some(None) => {}
             }
-            self.create_node(group, &due.name, due.claim.as_deref())
-                .await?;
+            self.create_node(group, due).await?;
             (latest, ()) = self
                 .update(group, |r| {
                     if let Some(pos) = r.pending.iter().position(|p| p.name == due.name) {

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use tracing::{debug, info};
 
+use super::state::PendingNode;
 use super::{
     CONTROLLER_ATTACH_ANNOTATION, CSI_STARTUP_TAINT, KWOK_NODE_ANNOTATION, KwokProvisioner,
     MANAGED_BY, MANAGED_BY_LABEL, MAX_CONFLICT_RETRIES, provider_id, spec,
@@ -113,19 +114,17 @@ impl KwokProvisioner {
     /// sets no attach limit on a node without a CSINode, and a Node that reports no Ready
     /// condition yet is schedulable at once (the node lifecycle controller lifts the not-ready
     /// taint of a node without conditions), so a Node usable before its CSINode could take
-    /// more volumes than the limit allows.
-    pub(super) async fn create_node(
-        &self,
-        group: &NodeGroupSpec,
-        name: &str,
-        claim: Option<&str>,
-    ) -> Result<()> {
+    /// more volumes than the limit allows. The Node carries what `due` was requested for
+    /// ([`labels::REQUESTED_FOR`]) and when ([`labels::REQUESTED_AT`]).
+    pub(super) async fn create_node(&self, group: &NodeGroupSpec, due: &PendingNode) -> Result<()> {
+        let name = due.name.as_str();
         let mut node = self.node_object(group, name)?;
-        if let Some(claim) = claim {
-            node.metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(labels::REQUESTED_FOR.to_owned(), claim.to_owned());
+        let annotations = node.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        if let Some(claim) = &due.claim {
+            annotations.insert(labels::REQUESTED_FOR.to_owned(), claim.clone());
+        }
+        if let Some(at) = due.requested_unix_ms {
+            annotations.insert(labels::REQUESTED_AT.to_owned(), at.to_string());
         }
         // Reserved from registration: no pod lands before the lifecycle loop assigns the node
         // to the gang it was added for (or releases it).

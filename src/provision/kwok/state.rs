@@ -28,6 +28,9 @@ pub(super) struct PendingNode {
     /// records written before claims were kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) claim: Option<String>,
+    /// When it was requested, Unix milliseconds; absent in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) requested_unix_ms: Option<u64>,
 }
 
 /// A simulated failed instance.
@@ -282,6 +285,7 @@ pub(super) fn pending_nodes(group: &NodeGroupSpec, n: u32) -> Vec<PendingNode> {
                 due_unix_ms: spec(group).due_at(now, i, &name),
                 name,
                 claim: None,
+                requested_unix_ms: Some(now),
             }
         })
         .collect()

@@ -128,6 +128,7 @@ fn group_records_round_trip_through_json_and_tolerate_missing_lists() {
             name: "g-aaaaa".into(),
             due_unix_ms: 5,
             claim: Some("su-1-1/ns/train".into()),
+            requested_unix_ms: Some(4),
         }],
         failed: vec![FailedNode {
             name: "g-bbbbb".into(),
@@ -306,8 +307,26 @@ async fn create_csi_limited_node_with(
     g.backend = BackendSpec::Kwok(spec(&g));
     g.reservation = reservation;
 
-    p.create_node(&g, "g-aaaaa", None).await.unwrap();
+    let due = PendingNode {
+        name: "g-aaaaa".into(),
+        due_unix_ms: 2_000,
+        claim: Some("su-1-1/ns/train".into()),
+        requested_unix_ms: Some(1_000),
+    };
+    p.create_node(&g, &due).await.unwrap();
     state
+}
+
+#[tokio::test]
+async fn a_created_node_says_what_and_when_it_was_requested_for() {
+    let state = create_csi_limited_node(FakeApi::default()).await;
+    let node = state.lock().unwrap().node.clone().unwrap();
+    let annotations = &node["metadata"]["annotations"];
+    assert_eq!(
+        annotations[crate::model::labels::REQUESTED_FOR],
+        "su-1-1/ns/train"
+    );
+    assert_eq!(annotations[crate::model::labels::REQUESTED_AT], "1000");
 }
 
 #[tokio::test]
