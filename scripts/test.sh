@@ -38,6 +38,9 @@ python3 scripts/modules-doc.py --check
 step "soak: the accounting of orphan idle and assembly wait (tests/soak/test_accounting.py)"
 python3 -m unittest discover -s tests/soak -p 'test_*.py'
 
+step "docs: docs/soak.md's tables are tests/soak/report.py --table tests/soak/runs (the kept run summaries)"
+python3 tests/soak/report.py --check docs/soak.md tests/soak/runs
+
 step "validate shipped configs"
 cargo run --quiet --locked -- validate --config provider-configs
 

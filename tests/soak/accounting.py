@@ -14,11 +14,13 @@ Every idle stretch of a node (alive, no GPU pod bound) is settled by what ended 
 
 The causes sum to the idle total. Only the parts inside the measured window count.
 
-The **floor** of a formed gang is the assembly wait it would pay had all its nodes been
-requested at one instant: with `d_i` each node's provisioning time (Node creation minus its
-`gangscaler.io/requested-at`; 0 for a node already up when the gang was created), the gang
-waits `sum(max(d) - d_i)` node-seconds. Extra rounds, late asks and slow formation are the
-excess of the measured wait over it.
+The **floor** of a formed gang is the assembly wait its fresh nodes (those whose first GPU pod
+is the gang's) would pay had they all been requested at one instant: with `d_i` each node's provisioning time (Node creation minus its
+`gangscaler.io/requested-at`, or minus the gang's creation for a node requested before the gang
+existed; 0 for a node already up when the gang was created), the gang waits
+`sum(max(d) - d_i)` node-seconds. Extra rounds, late asks and slow formation are the
+excess of the measured wait of those nodes over it. The idle of reused nodes waiting for the
+same gang is in the assembly cause, not in this comparison.
 """
 
 ORPHAN, ASSEMBLY, REUSE, AFTER_JOB = "orphan", "assembly", "reuseWait", "afterJob"
@@ -63,31 +65,44 @@ def causes(lives, created_ms, window):
 
 
 def assembly(lives, created_ms, window):
-    """Per gang whose members first bound inside `window`: (wait, floor) node-milliseconds,
-    unclipped. A gang's nodes are those a stretch ended on when the gang bound."""
+    """Per gang whose members first bound inside `window` on at least one fresh node (one whose
+    first GPU pod is the gang's): (wait, floor) node-milliseconds over its fresh nodes,
+    unclipped. A gang's nodes are those a stretch ended on when the gang bound, each counted
+    once (at the gang's first bind on it)."""
     lo, hi = window
     nodes = {}
     for life in lives.values():
-        for a, b, by, _ in stretches(life, hi):
-            if by in ("gone", "open") or by not in created_ms:
+        firsts = {}
+        for a, b, by, used in stretches(life, hi):
+            if by in ("gone", "open") or by not in created_ms or by in firsts:
                 continue
-            nodes.setdefault(by, []).append((a, b, life))
+            # A node counts once per gang, at the gang's first bind on it.
+            firsts[by] = (a, b, used, life)
+        for gang, stretch in firsts.items():
+            nodes.setdefault(gang, []).append(stretch)
     out = {}
     for gang, ns in nodes.items():
-        bound = min(b for _, b, _ in ns)
+        bound = min(b for _, b, _, _ in ns)
         if not lo <= bound <= hi:
             continue
         c = created_ms[gang]
-        wait = sum(b - min(max(c, a), b) for a, b, _ in ns)
-        d = [provisioning(life, c) for _, _, life in ns]
+        # Only the gang's fresh nodes (their first GPU pod is this gang's): a node another gang
+        # used first was not provisioned for it, and while busy it did not wait.
+        fresh = [(a, b, life) for a, b, used, life in ns if not used]
+        if not fresh:
+            continue
+        wait = sum(b - min(max(c, a), b) for a, b, _ in fresh)
+        d = [provisioning(life, c) for _, _, life in fresh]
         out[gang] = (wait, sum(max(d) - x for x in d))
     return out
 
 
 def provisioning(life, gang_created_ms):
-    """A node's provisioning time as the floor counts it: its creation minus its request, or 0
-    when it was already up when the gang was created (or says nothing of its request)."""
+    """A node's provisioning time as the floor counts it: its creation minus its request, or
+    minus the gang's creation when it was requested before the gang existed (for another gang:
+    the gang waited only for the rest of it); 0 when it was up before the gang was created (or
+    says nothing of its request)."""
     created, requested = life.get("createdMs"), life.get("requestedMs")
     if created is None or requested is None or created <= gang_created_ms:
         return 0
-    return max(0, created - requested)
+    return max(0, created - max(requested, gang_created_ms))

@@ -58,12 +58,37 @@ class Assembly(unittest.TestCase):
 
     def test_a_node_up_before_the_gang_counts_as_already_there_and_gangs_outside_the_window_drop(self):
         lives = {
-            "old": life(0, busy=[(0, 5, "x"), (100, None, "g")], created=0, requested=-50),
+            "old": life(0, busy=[(100, None, "g")], created=0, requested=-50),
             "new": life(100, busy=[(100, None, "g")], created=100, requested=20),
+            "early": life(0, busy=[(5, None, "x")], created=0, requested=-50),
         }
         got = acc.assembly(lives, {"g": 10, "x": 0}, (50, 200))
         # old waits 100 - 10 = 90 (d = 0), new waits 0 (d = 80): floor 80 - 0 = 80.
         self.assertEqual(got, {"g": (90, 80)})
+
+    def test_a_node_requested_before_the_gang_existed_counts_only_the_provisioning_left(self):
+        # Requested at 0 for another gang, up at 150; gang g created at 100 with a node
+        # requested at 100 and up at 160. The first one made g wait 50, not 150.
+        lives = {
+            "early": life(150, busy=[(160, None, "g")], created=150, requested=0),
+            "own": life(160, busy=[(160, None, "g")], created=160, requested=100),
+        }
+        wait, floor = acc.assembly(lives, {"g": 100}, (0, 300))["g"]
+        self.assertEqual((wait, floor), (10, 10))
+
+    def test_only_fresh_nodes_are_compared_with_the_floor_and_each_counts_once(self):
+        # n1 was provisioned for gang x, which used it; g (created at 0) binds at 200 on n1 and
+        # on two fresh nodes (100 s and 50 s of provisioning); a second stretch of g on n1 does
+        # not count, nor does n1 at all (another gang used it first).
+        lives = {
+            "n1": life(90, busy=[(90, 150, "x"), (200, 250, "g"), (250, 260, "y"), (260, None, "g")],
+                       created=90, requested=0),
+            "slow": life(200, busy=[(200, None, "g")], created=200, requested=100),
+            "quick": life(150, busy=[(200, None, "g")], created=150, requested=100),
+        }
+        wait, floor = acc.assembly(lives, {"g": 0, "x": 0, "y": 0}, (0, 300))["g"]
+        # quick waits 50 (d = 50), slow 0 (d = 100): floor 100 - 50 = 50.
+        self.assertEqual((wait, floor), (50, 50))
 
 
 if __name__ == "__main__":
