@@ -26,9 +26,9 @@ use std::path::PathBuf;
 pub use log::{AuditLog, Config};
 pub use read::{BadLine, Reading, log_order, read_files, rotated_paths};
 pub use record::{
-    CompositeSummary, DecisionEvent, DeferredSummary, Event, Extent, GangId, GangSummary, Outcome,
-    OutcomeEvent, Phase, PhaseEvent, Record, ReleaseReason, RepairEvent, ReservationAction,
-    ReservationEvent, SCHEMA_VERSION, ShareSummary, Verdict, WithdrawalEvent,
+    CompositeSummary, DecisionEvent, DeferralEvent, DeferredSummary, Event, Extent, GangId,
+    GangSummary, Outcome, OutcomeEvent, Phase, PhaseEvent, Record, ReleaseReason, RepairEvent,
+    ReservationAction, ReservationEvent, SCHEMA_VERSION, ShareSummary, Verdict, WithdrawalEvent,
 };
 pub use replicas::{IDENTITY, discover, read_merged, replica_log};
 pub use report::{Percentiles, Report, Stats, Window};

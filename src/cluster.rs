@@ -49,7 +49,7 @@ pub(crate) use gangs::{gang_name, link};
 pub use index::GangIndex;
 pub use node::{NodeSummary, NodeTable, is_node_ready};
 pub use objects::{GangObject, GangObjectKey, ObjectSet, StorageKind};
-pub use pod::{CompactPod, PodKey, PodLink};
+pub use pod::{CompactPod, DeferralMarks, PodKey, PodLink};
 pub use problem::{ClaimCause, Issue, ObjectRef, Problem};
 pub use unseen::{Unseen, unseen};
 pub use view::{GangView, SCHEDULED_GRACE_SECS};

@@ -391,6 +391,32 @@ impl Default for LifecycleSettings {
     }
 }
 
+/// Deferral (`admission.deferral`): the pending gangs `strict` would not admit now are kept out
+/// of CA's scale-up with CA's per-pod `pod-scale-up-delay` annotation instead of being refused
+/// when CA asks (see `docs/deferral.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeferralSettings {
+    /// Whether the lifecycle loop marks deferred gangs' pods (`admission.deferral.enabled`).
+    pub enabled: bool,
+    /// How long a mark keeps a pod out of CA's scale-up past its last refresh
+    /// (`admission.deferral.horizon`): also how long marks outlive a stopped gangscaler.
+    pub horizon: Duration,
+    /// CA's `--new-pod-scale-up-delay` (`admission.deferral.caNewPodScaleUpDelay`): CA refuses
+    /// a pod's delay below it, so no mark is shorter.
+    pub ca_new_pod_scale_up_delay: Duration,
+}
+
+impl Default for DeferralSettings {
+    /// Off, a 2-minute horizon, CA's default `--new-pod-scale-up-delay` of 0s.
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            horizon: Duration::from_secs(2 * 60),
+            ca_new_pod_scale_up_delay: Duration::ZERO,
+        }
+    }
+}
+
 /// Leader election between replicas (`leaderElection`, enabled): only the holder of a
 /// `coordination.k8s.io` Lease acts (scale-ups, backend writes, the kwok and scale-up loops,
 /// Events); the others serve reads and are not ready. See `docs/ha.md`.
@@ -440,6 +466,8 @@ pub struct ProviderSettings {
     pub kubernetes: KubernetesSettings,
     /// Gang admission policy for `NodeGroupIncreaseSize` (active when `kubernetes.watch`).
     pub admission_policy: crate::planner::Policy,
+    /// Deferral of the gangs `strict` would not admit now (`admission.deferral`).
+    pub deferral: DeferralSettings,
     /// The durable audit log of admission decisions, if configured.
     pub audit: Option<AuditSettings>,
     /// How scale-up lifecycles are tracked and timed out (defaults when the section is absent).

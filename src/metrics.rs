@@ -15,7 +15,7 @@ pub use connections::{ConnectionMetrics, RefusedLabels};
 use labels::unary;
 pub use labels::{
     BUILD, BuildLabels, CompositeLabels, DecisionLabels, GRPC_SERVICE, GroupLabels, GrpcCodeLabels,
-    GrpcLabels, OutcomeLabels, ProvisionLabels, ReleaseLabels, ScaleUpOutcomeLabels,
+    GrpcLabels, HoldLabels, OutcomeLabels, ProvisionLabels, ReleaseLabels, ScaleUpOutcomeLabels,
 };
 pub use process::{ProcessCollector, Sample as ProcessSample};
 pub use tls::TlsMetrics;
@@ -98,6 +98,11 @@ pub struct Metrics {
     /// Pending gangs Cluster Autoscaler cannot see now: no member carries a scheduler verdict
     /// after `lifecycle.noVerdictAfter`.
     pub gangs_without_verdict: Gauge,
+    /// Pending gangs kept out of Cluster Autoscaler's scale-up now, by hold
+    /// (`admission.deferral`).
+    pub gangs_deferred: Family<HoldLabels, Gauge>,
+    /// Pod annotation writes of deferral (marks and releases), by outcome.
+    pub deferral_patches: Family<OutcomeLabels, Counter>,
     /// Per configured node group: 1 while its target size is above its `maxSize` (a reload
     /// lowered `maxSize` below it; the nodes are kept), else 0.
     pub node_group_target_above_max: Family<GroupLabels, Gauge>,
@@ -173,6 +178,8 @@ impl Metrics {
             gangs_pending: Gauge::default(),
             gangs_pending_seconds: Counter::default(),
             gangs_without_verdict: Gauge::default(),
+            gangs_deferred: Family::default(),
+            deferral_patches: Family::default(),
             cluster_view_stale: Gauge::default(),
             node_group_target_above_max: Family::default(),
             leader: Gauge::default(),

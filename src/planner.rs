@@ -14,6 +14,8 @@
 //!   across node groups in one increase ([`mod@composite`]).
 //! - [`capacity()`]: every gang shape against every group, with the largest admissible
 //!   `minCount`, for `plan --simulate` ([`mod@capacity`]).
+//! - [`deferrals()`]: the pending gangs to keep out of CA's scale-up now, and why
+//!   ([`mod@defer`]).
 //! - [`blocking_daemon_sets()`]: the DaemonSets that keep node reservation off for a group
 //!   ([`mod@reservation`]).
 //! - [`Reason`]: why something cannot be placed, shared by CLI, audit and metrics ([`explain`]).
@@ -22,6 +24,7 @@ pub mod admit;
 pub mod capacity;
 pub mod composite;
 pub mod decision;
+pub mod defer;
 pub mod explain;
 pub mod fit;
 pub mod plan;
@@ -39,6 +42,7 @@ pub use decision::{
     AdmittedGang, CompositeShares, CoveredGang, Decision, DeferredGang, Extent, GroupShare, Policy,
     Rule, Verdict,
 };
+pub use defer::{Deferral, DeferralInput, Hold, deferrals};
 pub use explain::Reason;
 pub use fit::{GangFit, check_pod, fit, nodes_for_pods};
 pub use plan::{FitOutcome, GangPlan, GroupOption, Plan, plan};

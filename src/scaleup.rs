@@ -38,6 +38,7 @@
 //! Depends on `cluster`, `audit`, `events`, `metrics`, `planner` (the decision the recorder
 //! writes) and `model`; never on `engine`.
 
+pub mod defer;
 pub mod events;
 pub mod observe;
 pub mod progress;

@@ -141,6 +141,7 @@ struct LifecycleParts {
     protect: bool,
     publisher: Option<crate::events::EventPublisher>,
     client: Option<kube::Client>,
+    deferral: config::DeferralSettings,
 }
 
 impl LifecycleParts {
@@ -169,6 +170,19 @@ impl LifecycleParts {
             lifecycle = lifecycle.with_events(events);
         }
         if let Some(client) = self.client {
+            if self.deferral.enabled {
+                info!(
+                    horizon_ms = self.deferral.horizon.as_millis(),
+                    ca_new_pod_scale_up_delay_ms =
+                        self.deferral.ca_new_pod_scale_up_delay.as_millis(),
+                    "deferral on: gangs strict would not admit now are kept out of CA's scale-up"
+                );
+                lifecycle = lifecycle.with_deferral(crate::scaleup::defer::Deferring {
+                    marker: crate::scaleup::defer::PodMarker::new(client.clone()),
+                    horizon: self.deferral.horizon,
+                    floor: self.deferral.ca_new_pod_scale_up_delay,
+                });
+            }
             lifecycle =
                 lifecycle.with_protection(crate::scaleup::Marker::new(client), self.protect);
         }

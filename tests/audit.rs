@@ -513,7 +513,10 @@ fn lifecycles_killed_mid_write_reach_their_outcome_exactly_once_after_restarts()
                     .entry((o.scale_up_id.clone(), o.gang.clone().unwrap().name))
                     .or_default()
                     .push(o.outcome),
-                Event::Reservation(_) | Event::Withdrawal(_) | Event::Repair(_) => {}
+                Event::Reservation(_)
+                | Event::Withdrawal(_)
+                | Event::Repair(_)
+                | Event::Deferral(_) => {}
             }
         }
         assert_eq!(decisions.len(), SCALE_UPS as usize, "kills {kills:?}");
@@ -623,7 +626,8 @@ fn a_restart_resumes_open_scale_ups_without_duplicating_or_dropping_records() {
             Event::Decision(_)
             | Event::Reservation(_)
             | Event::Withdrawal(_)
-            | Event::Repair(_) => {}
+            | Event::Repair(_)
+            | Event::Deferral(_) => {}
         }
     }
     assert_eq!(
@@ -1261,7 +1265,7 @@ fn the_examples_in_the_schema_doc_parse() {
         .skip(1)
         .map(|b| b.split("```").next().unwrap())
         .collect();
-    assert_eq!(blocks.len(), 8);
+    assert_eq!(blocks.len(), 9);
     let mut events = Vec::new();
     for block in blocks {
         let record = Record::parse_line(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
@@ -1281,7 +1285,8 @@ fn the_examples_in_the_schema_doc_parse() {
             "outcome",
             "reservation",
             "repair",
-            "withdrawal"
+            "withdrawal",
+            "deferral"
         ]
     );
 }

@@ -2167,3 +2167,90 @@ fn reservation_is_inherited_per_field_and_needs_the_lifecycle_loop() {
     let e = expect_error(&errs, "gpu-a.yaml", "reservation.enabled", Some("true"));
     assert!(e.message.contains("this group's is memory"), "{e}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Deferral (admission.deferral)
+// ---------------------------------------------------------------------------------------------
+
+/// `PROVIDER` with the lifecycle loop's needs (audit and watch) and `admission` as given.
+fn provider_with_admission(admission: &str) -> String {
+    format!(
+        "{PROVIDER}kubernetes: {{watch: true}}\naudit: {{path: /tmp/audit.jsonl}}\nadmission: {admission}\n"
+    )
+}
+
+#[test]
+fn deferral_is_off_by_default_and_read_when_set() {
+    let loaded = ConfigDir::new(PROVIDER)
+        .group("gpu-a.yaml", GPU_A)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        loaded.provider.deferral,
+        gangscaler::config::DeferralSettings::default()
+    );
+    assert!(!loaded.provider.deferral.enabled);
+    let provider = provider_with_admission(
+        "{policy: strict, deferral: {enabled: true, horizon: 5m, caNewPodScaleUpDelay: 30s}}",
+    );
+    let loaded = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        loaded.provider.deferral,
+        gangscaler::config::DeferralSettings {
+            enabled: true,
+            horizon: Duration::from_secs(300),
+            ca_new_pod_scale_up_delay: Duration::from_secs(30),
+        }
+    );
+}
+
+#[test]
+fn deferral_under_another_policy_or_without_the_lifecycle_loop_is_reported() {
+    let provider = provider_with_admission("{policy: roundUp, deferral: {enabled: true}}");
+    let errs = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .errors();
+    assert_count(&errs, 1);
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "admission.deferral.enabled",
+        Some("true"),
+    );
+    assert!(e.message.contains("admission.policy strict"), "{e}");
+    let provider = format!("{PROVIDER}admission: {{deferral: {{enabled: true}}}}\n");
+    let errs = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .errors();
+    assert_count(&errs, 1);
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "admission.deferral.enabled",
+        Some("true"),
+    );
+    assert!(e.message.contains("audit.path and kubernetes.watch"), "{e}");
+}
+
+#[test]
+fn a_deferral_horizon_outside_30s_to_1h_is_reported() {
+    for value in ["10s", "2h"] {
+        let provider = provider_with_admission(&format!(
+            "{{deferral: {{enabled: true, horizon: {value}}}}}"
+        ));
+        let errs = ConfigDir::new(&provider)
+            .group("gpu-a.yaml", GPU_A)
+            .errors();
+        assert_count(&errs, 1);
+        let e = expect_error(
+            &errs,
+            "provider.yaml",
+            "admission.deferral.horizon",
+            Some(&format!("{value:?}")),
+        );
+        assert!(e.message.contains("from 30s to 1h"), "{e}");
+    }
+}

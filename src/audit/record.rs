@@ -1,11 +1,12 @@
 //! The versioned audit record: one JSON object per line, `{"schema":1,"tsMs":…,"event":…,…}`.
 //!
-//! Six events: [`DecisionEvent`] (every admission decision, rejections included; an accepted
+//! Seven events: [`DecisionEvent`] (every admission decision, rejections included; an accepted
 //! one with a `scaleUpId` opens a scale-up in phase [`Phase::Requested`]), [`PhaseEvent`] (a
 //! scale-up, or one gang of it, reached a later lifecycle phase), [`OutcomeEvent`] (it
 //! reached a terminal [`Outcome`]), [`ReservationEvent`] (a node reserved or released),
 //! [`RepairEvent`] (an instance requested for a gang failed and its lifecycle repairs) and
-//! [`WithdrawalEvent`] (instances of ended lifecycles withdrawn before they were created).
+//! [`WithdrawalEvent`] (instances of ended lifecycles withdrawn before they were created) and
+//! [`DeferralEvent`] (a pending gang kept out of CA's scale-up, or let back in).
 //! Field names are camelCase; `docs/audit-schema.md` lists every field. Readers ignore unknown fields, so adding an optional field keeps schema 1;
 //! renaming or removing one, or changing a meaning, bumps [`SCHEMA_VERSION`].
 
@@ -21,8 +22,8 @@ pub use decision::{
     ShareSummary, Verdict,
 };
 pub use lifecycle::{
-    Outcome, OutcomeEvent, Phase, PhaseEvent, ReleaseReason, RepairEvent, ReservationAction,
-    ReservationEvent, WithdrawalEvent,
+    DeferralEvent, Outcome, OutcomeEvent, Phase, PhaseEvent, ReleaseReason, RepairEvent,
+    ReservationAction, ReservationEvent, WithdrawalEvent,
 };
 
 use crate::model::GangRef;
@@ -94,6 +95,7 @@ impl Record {
             Event::Reservation(r) => &r.node_group,
             Event::Withdrawal(w) => &w.node_group,
             Event::Repair(r) => &r.node_group,
+            Event::Deferral(d) => &d.node_group,
         }
     }
 
@@ -101,7 +103,10 @@ impl Record {
     /// decision (which may open several: [`DecisionEvent::opened_lifecycles`]).
     pub fn lifecycle(&self) -> Option<(String, Option<GangId>)> {
         match &self.event {
-            Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => None,
+            Event::Decision(_)
+            | Event::Reservation(_)
+            | Event::Withdrawal(_)
+            | Event::Deferral(_) => None,
             Event::Phase(p) => Some((p.scale_up_id.clone(), p.gang.clone())),
             Event::Outcome(o) => Some((o.scale_up_id.clone(), o.gang.clone())),
             Event::Repair(r) => Some((r.scale_up_id.clone(), Some(r.gang.clone()))),
@@ -125,6 +130,14 @@ pub enum Event {
     Withdrawal(WithdrawalEvent),
     /// An instance requested for a gang failed; its lifecycle repairs.
     Repair(RepairEvent),
+    /// A pending gang was kept out of CA's scale-up, or let back in.
+    Deferral(DeferralEvent),
+}
+
+impl From<DeferralEvent> for Event {
+    fn from(e: DeferralEvent) -> Self {
+        Self::Deferral(e)
+    }
 }
 
 impl From<RepairEvent> for Event {

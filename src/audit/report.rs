@@ -150,6 +150,9 @@ pub struct Stats {
     pub withdrawn: u64,
     /// `repair` records: failed instances charged to the gang they were requested for.
     pub repairs: u64,
+    /// `deferral` records with a hold: gangs kept out of CA's scale-up (again after each
+    /// start), by hold; every hold is present.
+    pub deferred: BTreeMap<&'static str, u64>,
     /// Nodes added by decisions that repair (`gangs[].nodes` with `repairOf`).
     pub repair_nodes: u64,
 }
@@ -169,6 +172,9 @@ impl Acc {
         }
         for r in ReleaseReason::ALL {
             s.released.entry(r.as_str()).or_insert(0);
+        }
+        for h in HOLDS {
+            s.deferred.entry(h).or_insert(0);
         }
         let succeeded = s
             .outcomes
@@ -398,6 +404,19 @@ impl Report {
                 self.overall.repairs, self.overall.repair_nodes
             );
         }
+        if self.overall.deferred.values().any(|n| *n > 0) {
+            let by: Vec<String> = self
+                .overall
+                .deferred
+                .iter()
+                .map(|(hold, n)| format!("{hold} {n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "\ndeferred: gangs kept out of CA's scale-up, by hold: {}",
+                by.join(", ")
+            );
+        }
         if self.overall.withdrawn > 0 {
             let _ = writeln!(
                 s,
@@ -451,7 +470,10 @@ fn lifecycles(records: &[Record]) -> BTreeMap<Key, Lifecycle<'_>> {
                     .or_insert(r.ts_ms);
                 *at = (*at).min(r.ts_ms);
             }
-            Event::Reservation(_) | Event::Withdrawal(_) | Event::Repair(_) => {}
+            Event::Reservation(_)
+            | Event::Withdrawal(_)
+            | Event::Repair(_)
+            | Event::Deferral(_) => {}
         }
     }
     for (key, at) in closed {
@@ -494,6 +516,14 @@ fn note<'a>(
     }
 }
 
+/// The holds of `deferral` records, as the report counts them.
+const HOLDS: [&str; 4] = ["covered", "unhostable", "no_room", "behind"];
+
+/// `hold` as one of [`HOLDS`]; `None` for a hold this build does not know.
+fn hold_label(hold: &str) -> Option<&'static str> {
+    HOLDS.into_iter().find(|h| *h == hold)
+}
+
 fn add(acc: &mut Acc, r: &Record) {
     let s = &mut acc.stats;
     match &r.event {
@@ -513,6 +543,11 @@ fn add(acc: &mut Acc, r: &Record) {
             s.withdrawn += u64::try_from(w.claims.len()).unwrap_or(u64::MAX);
         }
         Event::Repair(_) => s.repairs += 1,
+        Event::Deferral(d) => {
+            if let Some(hold) = d.hold.as_deref().and_then(hold_label) {
+                *s.deferred.entry(hold).or_insert(0) += 1;
+            }
+        }
         Event::Reservation(r) => match (r.action, r.reason) {
             (ReservationAction::Reserved, _) => s.reserved += 1,
             (ReservationAction::Released, reason) => {

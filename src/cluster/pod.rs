@@ -23,6 +23,7 @@ use super::demand::raw::{RawDemand, raw_demand};
 use super::meta::{DEFAULT_NAMESPACE, object_name};
 use super::problem::Issue;
 use super::{Error, Location};
+use crate::model::labels;
 
 /// Identity of a pod: namespace (`default` when unset) and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -84,6 +85,34 @@ pub(crate) struct WorkloadRef {
     pub pod_group_replica_key: String,
 }
 
+/// The annotations of a pod that deferral reads and writes
+/// ([`planner::deferrals`](crate::planner::deferrals)): CA's per-pod scale-up delay and
+/// gangscaler's marks beside it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeferralMarks {
+    /// `cluster-autoscaler.kubernetes.io/pod-scale-up-delay`, as written.
+    pub delay: Option<Box<str>>,
+    /// `gangscaler.io/deferred`: why gangscaler keeps the pod out of CA's scale-up; set only
+    /// by gangscaler.
+    pub hold: Option<Box<str>>,
+    /// `gangscaler.io/scale-up-delay-was`: the pod's own delay before gangscaler raised it,
+    /// restored on release.
+    pub was: Option<Box<str>>,
+}
+
+impl DeferralMarks {
+    fn of(meta: &ObjectMeta) -> Option<Box<Self>> {
+        let annotations = meta.annotations.as_ref()?;
+        let get = |key: &str| annotations.get(key).map(|v| v.as_str().into());
+        let marks = Self {
+            delay: get(labels::CA_POD_SCALE_UP_DELAY),
+            hold: get(labels::DEFERRED),
+            was: get(labels::SCALE_UP_DELAY_WAS),
+        };
+        (marks != Self::default()).then(|| Box::new(marks))
+    }
+}
+
 /// What the adapters read of one pod (the module docs say what is kept and why).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactPod {
@@ -99,6 +128,8 @@ pub struct CompactPod {
     created_unix: Option<i64>,
     priority: Option<i32>,
     link: Option<PodLink>,
+    /// CA's scale-up delay on the pod and gangscaler's deferral marks, when any is set.
+    deferral: Option<Box<DeferralMarks>>,
     pub(crate) demand: RawDemand,
     /// Problems found while compacting the spec, reported with the pod's demand.
     pub(crate) issues: Box<[Issue]>,
@@ -205,10 +236,16 @@ impl CompactPod {
             created_unix: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
             priority: spec.and_then(|s| s.priority),
             link,
+            deferral: DeferralMarks::of(meta),
             demand,
             issues: issues.into_boxed_slice(),
             key,
         }
+    }
+
+    /// Its deferral annotations, when any is set.
+    pub fn deferral(&self) -> Option<&DeferralMarks> {
+        self.deferral.as_deref()
     }
 
     /// Namespace and name.

@@ -62,6 +62,19 @@ impl GangSource for ClusterView {
     }
 }
 
+/// Each group with its shape and target size, as the planner's slots.
+fn group_slots<'a>(shapes: &'a [(&NodeGroupSpec, Option<NodeShape>, u32)]) -> Vec<GroupSlot<'a>> {
+    shapes
+        .iter()
+        .map(|(g, shape, target)| GroupSlot {
+            id: &g.id,
+            shape: shape.as_ref(),
+            target: *target,
+            max_size: g.max_size,
+        })
+        .collect()
+}
+
 /// A fixed set of objects (the `plan` command and tests).
 #[derive(Debug)]
 pub struct StaticObjects(pub ObjectSet);
@@ -243,15 +256,7 @@ impl Admission {
                 .collect();
         // Configuration order (groups are kept sorted by id).
         shapes.sort_by(|a, b| a.0.id.cmp(&b.0.id));
-        let slots: Vec<GroupSlot<'_>> = shapes
-            .iter()
-            .map(|(g, shape, target)| GroupSlot {
-                id: &g.id,
-                shape: shape.as_ref(),
-                target: *target,
-                max_size: g.max_size,
-            })
-            .collect();
+        let slots = group_slots(&shapes);
         let ledger = self.ledger();
         let composites_on = self.policy != Policy::Off && !view.composites.is_empty();
         let plan = if !composites_on {
@@ -305,6 +310,28 @@ impl Admission {
             base.mark_repairs(&repairs);
         }
         planner::combine(base, &plan, &slots, ca_delta)
+    }
+
+    /// The pending gangs of `view` to keep out of CA's scale-up now (see
+    /// [`planner::deferrals`]), over every configured group, each with its target size.
+    pub fn deferrals(
+        &self,
+        view: &GangView,
+        groups: &[(&NodeGroupSpec, u32)],
+        gpu_label: &str,
+    ) -> Vec<planner::Deferral> {
+        let shapes: Vec<(&NodeGroupSpec, Option<NodeShape>, u32)> = groups
+            .iter()
+            .map(|(g, t)| (*g, NodeShape::from_group(g, gpu_label), *t))
+            .collect();
+        let slots = group_slots(&shapes);
+        let ledger = self.ledger();
+        planner::deferrals(&planner::DeferralInput {
+            groups: &slots,
+            gangs: &view.gangs,
+            in_flight: &ledger,
+            policy: self.policy,
+        })
     }
 
     /// The in-flight ledger as composite admission reads it.

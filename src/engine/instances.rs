@@ -37,6 +37,31 @@ impl InstanceSource for Engine {
             .map_err(instances_error)
     }
 
+    /// The pending gangs to keep out of CA's scale-up (see [`crate::planner::deferrals`]):
+    /// none without gang admission or under a policy other than `strict`. Reads every
+    /// group's target size from its backend.
+    async fn deferrals(
+        &self,
+        view: &crate::cluster::GangView,
+    ) -> Result<Vec<crate::planner::Deferral>, InstancesError> {
+        let Some(admission) = &self.admission else {
+            return Ok(Vec::new());
+        };
+        if admission.policy() != crate::planner::Policy::Strict {
+            return Ok(Vec::new());
+        }
+        let cfg = self.config.load();
+        let mut targets = Vec::with_capacity(cfg.groups.len());
+        for g in &cfg.groups {
+            let target = self
+                .target_size(g.id.as_str())
+                .await
+                .map_err(instances_error)?;
+            targets.push((g, target));
+        }
+        Ok(admission.deferrals(view, &targets, &cfg.provider.gpu_label))
+    }
+
     /// Whether the group's backend keeps claims; false for a group no longer configured.
     fn keeps_claims(&self, group: &str) -> bool {
         self.group(group)

@@ -97,6 +97,13 @@ pub struct ReleaseLabels {
     pub reason: &'static str,
 }
 
+/// Labels of the deferred-gangs gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HoldLabels {
+    /// `covered`, `unhostable`, `no_room` or `behind`.
+    pub hold: &'static str,
+}
+
 /// Labels of a scale-up outcome counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScaleUpOutcomeLabels {

@@ -4,7 +4,7 @@
 
 use prometheus_client::registry::Registry;
 
-use super::Metrics;
+use super::{HoldLabels, Metrics, OutcomeLabels};
 
 impl Metrics {
     /// The gRPC server families under go-grpc-prometheus' names, unprefixed, so that gRPC
@@ -153,6 +153,25 @@ impl Metrics {
             "without_verdict",
             "pending gangs whose members have had no scheduler verdict (PodScheduled condition) for lifecycle.noVerdictAfter, so Cluster Autoscaler cannot see them",
             self.gangs_without_verdict.clone(),
+        );
+        for hold in ["covered", "unhostable", "no_room", "behind"] {
+            let _ = self.gangs_deferred.get_or_create(&HoldLabels { hold });
+        }
+        g.register(
+            "deferred",
+            "pending gangs kept out of Cluster Autoscaler's scale-up now (admission.deferral), by hold",
+            self.gangs_deferred.clone(),
+        );
+        let d = registry.sub_registry_with_prefix("deferral");
+        for outcome in ["success", "failure"] {
+            let _ = self
+                .deferral_patches
+                .get_or_create(&OutcomeLabels { outcome });
+        }
+        d.register(
+            "pod_patches",
+            "pod annotation writes of deferral (marks and releases), by outcome",
+            self.deferral_patches.clone(),
         );
     }
 

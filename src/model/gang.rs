@@ -273,6 +273,16 @@ impl Gang {
     pub fn is_pending(&self) -> bool {
         !self.is_formed()
     }
+
+    /// The order in which gangs are admitted: priority (higher first), then age (older
+    /// first), then id.
+    pub fn admission_order(&self, other: &Self) -> std::cmp::Ordering {
+        other
+            .priority
+            .cmp(&self.priority)
+            .then_with(|| self.created_unix.cmp(&other.created_unix))
+            .then_with(|| self.id.cmp(&other.id))
+    }
 }
 
 /// A CompositePodGroup with a gang policy: a group of child gangs (PodGroups naming it as

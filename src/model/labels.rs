@@ -39,6 +39,15 @@ pub const REQUESTED_FOR: &str = "gangscaler.io/requested-for";
 /// a node's provisioning time (its creation minus this) can be measured (the soak does).
 pub const REQUESTED_AT: &str = "gangscaler.io/requested-at";
 
+/// CA's per-pod annotation: a pod younger than this Go duration is not considered for
+/// scale-up (`utils/annotations` in CA 1.34 to 1.36; never below `--new-pod-scale-up-delay`).
+pub const CA_POD_SCALE_UP_DELAY: &str = "cluster-autoscaler.kubernetes.io/pod-scale-up-delay";
+/// Our mark beside [`CA_POD_SCALE_UP_DELAY`]: why gangscaler keeps the pod out of CA's
+/// scale-up, so that it only ever lifts a delay it set.
+pub const DEFERRED: &str = "gangscaler.io/deferred";
+/// The pod's own [`CA_POD_SCALE_UP_DELAY`] before gangscaler raised it, restored on release.
+pub const SCALE_UP_DELAY_WAS: &str = "gangscaler.io/scale-up-delay-was";
+
 /// Default GPU extended-resource name (NVIDIA device plugin).
 pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// Default extended-resource name for RDMA bandwidth in Gbit/s.

@@ -214,13 +214,9 @@ fn sort_out<'a>(input: &AdmissionInput<'a>) -> Sorted<'a> {
             sorted.candidates.push(candidate);
         }
     }
-    sorted.candidates.sort_by(|a, b| {
-        b.gang
-            .priority
-            .cmp(&a.gang.priority)
-            .then_with(|| a.gang.created_unix.cmp(&b.gang.created_unix))
-            .then_with(|| a.gang.id.cmp(&b.gang.id))
-    });
+    sorted
+        .candidates
+        .sort_by(|a, b| a.gang.admission_order(b.gang));
     sorted
 }
 

@@ -88,12 +88,7 @@ pub fn plan(gangs: &[Arc<Gang>], groups: &[(&NodeGroupSpec, Option<NodeShape>, u
         .map(AsRef::as_ref)
         .filter(|g: &&Gang| g.is_pending())
         .collect();
-    pending.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then_with(|| a.created_unix.cmp(&b.created_unix))
-            .then_with(|| a.id.cmp(&b.id))
-    });
+    pending.sort_by(|a, b| a.admission_order(b));
     let gangs = pending
         .into_iter()
         .map(|gang| {

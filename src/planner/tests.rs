@@ -14,6 +14,7 @@ use super::NodeShape;
 mod admit;
 mod capacity;
 mod composite;
+mod defer;
 mod fit;
 mod plan;
 mod props;

@@ -76,7 +76,10 @@ pub fn events_for(appended: &Appended) -> Vec<(GangRef, &'static str, &'static s
                 r.scale_up_id, r.node_group, r.instance, r.reason, r.failed, r.replaced
             ),
         )),
-        AuditEvent::Decision(_) | AuditEvent::Reservation(_) | AuditEvent::Withdrawal(_) => {}
+        AuditEvent::Decision(_)
+        | AuditEvent::Reservation(_)
+        | AuditEvent::Withdrawal(_)
+        | AuditEvent::Deferral(_) => {}
     }
     out
 }
@@ -102,9 +105,10 @@ mod tests {
             AuditEvent::Phase(p) => p.gang.clone(),
             AuditEvent::Outcome(o) => o.gang.clone(),
             AuditEvent::Repair(r) => Some(r.gang.clone()),
-            AuditEvent::Decision(_) | AuditEvent::Reservation(_) | AuditEvent::Withdrawal(_) => {
-                None
-            }
+            AuditEvent::Decision(_)
+            | AuditEvent::Reservation(_)
+            | AuditEvent::Withdrawal(_)
+            | AuditEvent::Deferral(_) => None,
         };
         Appended {
             record: Record::new(10_000, event),

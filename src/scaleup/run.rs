@@ -19,7 +19,10 @@
 //!    implies. A record that could not be appended is computed again at the next tick, so
 //!    metrics and events follow the log: once per record, never for a record not written;
 //! 4. marks the nodes of scale-ups whose gang lifecycle is still open so CA's scale-down leaves
-//!    them alone, and releases the ones whose scale-up ended ([`protect`](super::protect)).
+//!    them alone, and releases the ones whose scale-up ended ([`protect`](super::protect));
+//! 5. with deferral on, marks the unbound members of the gangs the engine defers with CA's
+//!    per-pod scale-up delay and lifts the marks of the rest, each change of a gang's hold
+//!    recorded first ([`defer`](super::defer)).
 //!
 //! While the cluster view is stale ([`ClusterView::stale`]: a watch failed, e.g. the API
 //! server is down, and has not listed again) ticks are skipped: no record is computed from
@@ -31,6 +34,7 @@
 //! implements, and reads the clock it is given.
 
 mod nodes;
+mod pods;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -105,6 +109,19 @@ pub trait InstanceSource: Send + Sync {
         false
     }
 
+    /// The pending gangs of `view` to keep out of CA's scale-up now
+    /// ([`planner::deferrals`](crate::planner::deferrals) over every configured group). None
+    /// by default.
+    ///
+    /// # Errors
+    /// [`InstancesError::Backend`] when a group's target size could not be read.
+    async fn deferrals(
+        &self,
+        _view: &cluster::GangView,
+    ) -> Result<Vec<crate::planner::Deferral>, InstancesError> {
+        Ok(Vec::new())
+    }
+
     /// Every configured node group's reservation settings, by id (the live configuration's).
     /// None by default: a source without node groups reserves nothing.
     fn reservations(&self) -> BTreeMap<String, ReservationSpec> {
@@ -137,6 +154,10 @@ pub struct Loop {
     /// Reservation values of gangs whose lifecycle ended (whether they had formed), kept
     /// while some node still carries the value, so its release names the right reason.
     closed: BTreeMap<String, bool>,
+    /// Deferral on the pods (`admission.deferral`), when on.
+    deferral: Option<super::defer::Deferring>,
+    /// The hold recorded for each gang kept out of CA's scale-up (since the start).
+    holds: BTreeMap<GangRef, &'static str>,
     /// Every configured group had its pending instances of ended lifecycles withdrawn once
     /// (the first tick after a start or a takeover; later ticks look at the groups of open
     /// lifecycles only).
@@ -183,8 +204,18 @@ impl Loop {
             paused: false,
             tolerated: BTreeSet::new(),
             closed: BTreeMap::new(),
+            deferral: None,
+            holds: BTreeMap::new(),
             swept: false,
         }
+    }
+
+    /// Keeps the pending gangs the engine defers out of CA's scale-up, marking their pods as
+    /// `deferring` says (`admission.deferral`, [`defer`](super::defer)).
+    #[must_use]
+    pub fn with_deferral(mut self, deferring: super::defer::Deferring) -> Self {
+        self.deferral = Some(deferring);
+        self
     }
 
     /// Publishes the Kubernetes Events of every appended record through `events`.
@@ -277,6 +308,7 @@ impl Loop {
             .set(i64::try_from(self.recorder.open_count()).unwrap_or(i64::MAX));
         self.mark_nodes(&attributed, now_ms).await;
         self.tolerate_members(&view.gangs).await;
+        self.defer(&view, now_ms).await;
         self.withdraw_ended(&open).await;
     }
 
@@ -533,7 +565,7 @@ pub fn count(m: &Metrics, a: &Appended) {
                 "an instance requested for a gang failed; its scale-up repairs"
             );
         }
-        Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => {
+        Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) | Event::Deferral(_) => {
             debug!("decision and reservation records are not appended by the reconciler");
         }
     }

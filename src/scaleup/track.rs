@@ -314,7 +314,7 @@ impl Tracker {
             Event::Outcome(o) => {
                 self.open.remove(&(o.scale_up_id.clone(), o.gang.clone()));
             }
-            Event::Reservation(_) | Event::Withdrawal(_) => {}
+            Event::Reservation(_) | Event::Withdrawal(_) | Event::Deferral(_) => {}
         }
     }
 

@@ -74,6 +74,7 @@ impl Server {
         let policy = loaded.provider.admission_policy;
         let audit_settings = loaded.provider.audit.clone();
         let lifecycle_settings = loaded.provider.lifecycle;
+        let deferral = loaded.provider.deferral;
         let engine = Engine::new(loaded, source, backends.provisioners, metrics.clone())
             .await
             .map_err(Error::Engine)?;
@@ -107,6 +108,7 @@ impl Server {
                     && policy != crate::planner::Policy::Off,
                 publisher: wired.publisher,
                 client: backends.client.clone(),
+                deferral,
             }),
             _ => None,
         };

@@ -96,7 +96,7 @@ async fn ca_scale_up_survives_kill_9_of_the_leader_and_the_standby_finishes_it_o
             Event::Outcome(o) => format!("{}/{:?}/outcome", o.scale_up_id, o.gang),
             Event::Repair(r) => format!("{}/{}/repair/{}", r.scale_up_id, r.gang, r.instance),
             // Not a lifecycle record (and these groups do not reserve).
-            Event::Reservation(_) | Event::Withdrawal(_) => continue,
+            Event::Reservation(_) | Event::Withdrawal(_) | Event::Deferral(_) => continue,
         });
     }
     let unique: std::collections::BTreeSet<&String> = keys.iter().collect();

@@ -869,7 +869,10 @@ async fn ca_driven_scale_up_survives_kill_9_and_the_accounting_agrees_with_the_r
                 "{}/{}/repair/{}",
                 r.scale_up_id, r.gang, r.instance
             )),
-            Event::Decision(_) | Event::Reservation(_) | Event::Withdrawal(_) => None,
+            Event::Decision(_)
+            | Event::Reservation(_)
+            | Event::Withdrawal(_)
+            | Event::Deferral(_) => None,
         })
         .collect();
     let unique: std::collections::BTreeSet<&String> = keys.iter().collect();

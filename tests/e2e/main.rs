@@ -35,6 +35,7 @@ mod alone;
 mod alone_capi;
 mod ca_capi;
 mod ca_composite;
+mod ca_defer;
 mod ca_ha;
 mod ca_lifecycle;
 mod ca_repair;

@@ -170,6 +170,8 @@ pub struct Setup {
     pub chart_edit: Option<fn(&mut [serde_json::Value])>,
     /// CA's `grpc_timeout`, when not the harness's 10 s.
     pub grpc_timeout: Option<String>,
+    /// `admission.deferral` settings (a YAML flow mapping), when set.
+    pub deferral: Option<String>,
 }
 
 impl Setup {
@@ -187,7 +189,15 @@ impl Setup {
             replicas: 1,
             chart_edit: None,
             grpc_timeout: None,
+            deferral: None,
         }
+    }
+
+    /// With `admission.deferral: settings` (e.g. `{enabled: true, horizon: 1m}`).
+    #[must_use]
+    pub fn deferral(mut self, settings: &str) -> Self {
+        self.deferral = Some(settings.to_owned());
+        self
     }
 
     /// CA's cloud-config sets `grpc_timeout: timeout` (e.g. `1s`).
@@ -382,9 +392,13 @@ impl Scenario {
         write(
             &config.join("provider.yaml"),
             &format!(
-                "{server}{kubernetes}admission: {{policy: {policy}}}\n\
+                "{server}{kubernetes}admission: {{policy: {policy}{deferral}}}\n\
                  audit: {{path: \"{audit}\"}}\nlifecycle: {lifecycle}\n{leader_election}",
                 policy = setup.policy,
+                deferral = setup
+                    .deferral
+                    .as_ref()
+                    .map_or(String::new(), |d| format!(", deferral: {d}")),
                 lifecycle = setup.lifecycle,
             ),
         );

@@ -98,6 +98,29 @@ pub struct WithdrawalEvent {
     pub claims: Vec<String>,
 }
 
+/// A pending gang was kept out of Cluster Autoscaler's scale-up, or let back in
+/// (`admission.deferral`): written when its hold changes, before its pods are marked or
+/// released, and again for every deferred gang after a start (the loop does not remember holds
+/// across restarts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeferralEvent {
+    /// The node group a `covered` gang's nodes are in flight on; empty for the other holds,
+    /// which are about every group.
+    pub node_group: String,
+    /// The gang; absent for the members of gangs gone from the cluster whose marks a start
+    /// found and lifted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<GangId>,
+    /// `covered`, `unhostable`, `no_room` or `behind`; absent when the gang is let back in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<String>,
+    /// One sentence naming the numbers.
+    pub reason: String,
+    /// Its members marked (or released) by this change.
+    pub pods: u32,
+}
+
 /// An instance requested for a gang's lifecycle failed before the gang formed: the lifecycle
 /// stays open, repairing, and the gang's need becomes the nodes it is missing, so that CA's
 /// next ask for it on the same node group gets exactly those (a decision whose `gangs[]`

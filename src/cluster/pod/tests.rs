@@ -256,9 +256,10 @@ fn a_snapshot_shares_the_stored_pods_and_builds_the_same_gangs() {
 #[test]
 fn a_compact_pod_is_a_few_hundred_bytes() {
     // The struct itself; its strings and slices are separate, small allocations. It was 256
-    // bytes until the scheduler verdict and name were kept (a bool in padding and 16 bytes).
+    // bytes until the scheduler verdict and name were kept (a bool in padding and 16 bytes),
+    // 272 until the deferral marks were kept (one pointer, null for a pod without them).
     assert!(
-        std::mem::size_of::<CompactPod>() <= 272,
+        std::mem::size_of::<CompactPod>() <= 280,
         "{}",
         std::mem::size_of::<CompactPod>()
     );
@@ -466,4 +467,22 @@ fn gang_members_carry_their_verdict_and_scheduler_name() {
         g.no_verdict_schedulers().into_iter().collect::<Vec<_>>(),
         ["volcano"]
     );
+}
+
+#[test]
+fn deferral_marks_are_read_only_when_one_is_set() {
+    let plain = CompactPod::from_pod(&worker("w-0"));
+    assert!(plain.deferral().is_none());
+    let marked = CompactPod::from_pod(&pod(serde_json::json!({
+        "metadata": {"name": "w-1", "namespace": "ml", "annotations": {
+            "cluster-autoscaler.kubernetes.io/pod-scale-up-delay": "520s",
+            "gangscaler.io/deferred": "no_room",
+            "other": "x",
+        }},
+        "spec": {"containers": []},
+    })));
+    let marks = marked.deferral().expect("marks read");
+    assert_eq!(marks.delay.as_deref(), Some("520s"));
+    assert_eq!(marks.hold.as_deref(), Some("no_room"));
+    assert_eq!(marks.was, None);
 }

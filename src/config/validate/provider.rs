@@ -12,7 +12,9 @@ use super::leader::leader_election;
 use super::names::{check_dns_label, check_dns_subdomain, check_label_key, check_resource_name};
 use super::server::{Bounds, server_settings};
 use crate::config::walk::{Errors, Obj};
-use crate::config::{AuditSettings, KubernetesSettings, LifecycleSettings, ProviderSettings};
+use crate::config::{
+    AuditSettings, DeferralSettings, KubernetesSettings, LifecycleSettings, ProviderSettings,
+};
 use crate::model::labels;
 
 /// Bounds of `lifecycle.interval`.
@@ -60,8 +62,24 @@ pub fn provider(
         group_defaults(d, &mut defaults, errs);
     }
     let kubernetes = kubernetes_settings(root.obj_or_empty("kubernetes", errs), dir, errs);
-    let admission_policy = admission_policy(root.obj_or_empty("admission", errs), errs);
+    let (admission_policy, deferral) = admission(root.obj_or_empty("admission", errs), errs);
     let audit = root.obj("audit", errs).and_then(|a| audit(a, dir, errs));
+    if deferral.enabled {
+        let missing = if admission_policy != crate::planner::Policy::Strict {
+            Some("admission.policy strict (roundUp and off add what CA asks, so nothing waits)")
+        } else if audit.is_none() || !kubernetes.watch {
+            Some("audit.path and kubernetes.watch (the lifecycle loop marks the pods)")
+        } else {
+            None
+        };
+        if let Some(missing) = missing {
+            errs.push(
+                "admission.deferral.enabled",
+                Some(&Value::Bool(true)),
+                format!("needs {missing}"),
+            );
+        }
+    }
     let lifecycle = lifecycle_settings(root.obj_or_empty("lifecycle", errs), errs);
     let leader_election = leader_election(root.obj_or_empty("leaderElection", errs), env, errs);
     if let Some(audit) = root.raw("audit").and_then(|a| a.get("path")) {
@@ -75,6 +93,7 @@ pub fn provider(
         node_groups_dir,
         kubernetes,
         admission_policy,
+        deferral,
         audit,
         lifecycle,
         leader_election,
@@ -275,8 +294,8 @@ fn lifecycle_settings(mut l: Obj<'_>, errs: &mut Errors) -> LifecycleSettings {
     settings
 }
 
-/// The `admission` section: the gang admission policy.
-fn admission_policy(mut a: Obj<'_>, errs: &mut Errors) -> crate::planner::Policy {
+/// The `admission` section: the gang admission policy and deferral.
+fn admission(mut a: Obj<'_>, errs: &mut Errors) -> (crate::planner::Policy, DeferralSettings) {
     use crate::planner::Policy;
     let policy = match a.string("policy", errs).as_deref() {
         None | Some("strict") => Policy::Strict,
@@ -291,8 +310,45 @@ fn admission_policy(mut a: Obj<'_>, errs: &mut Errors) -> crate::planner::Policy
             Policy::Strict
         }
     };
+    let deferral = deferral(a.obj_or_empty("deferral", errs), errs);
     a.finish(errs);
-    policy
+    (policy, deferral)
+}
+
+/// Bounds of `admission.deferral.horizon`: at least a few CA loops, at most an hour (a mark
+/// outlives a stopped gangscaler by this much).
+const DEFERRAL_HORIZON: Bounds = (
+    Duration::from_secs(30),
+    Duration::from_secs(60 * 60),
+    "from 30s to 1h",
+);
+
+/// The `admission.deferral` section. Absent keys, and keys with an invalid value (reported),
+/// take the defaults.
+fn deferral(mut d: Obj<'_>, errs: &mut Errors) -> DeferralSettings {
+    let defaults = DeferralSettings::default();
+    let enabled = d.bool("enabled", errs).unwrap_or(defaults.enabled);
+    let horizon = match d.duration("horizon", errs) {
+        Some(h) if h >= DEFERRAL_HORIZON.0 && h <= DEFERRAL_HORIZON.1 => h,
+        Some(_) => {
+            errs.push(
+                &d.path("horizon"),
+                d.raw("horizon"),
+                format!("must be a duration {}", DEFERRAL_HORIZON.2),
+            );
+            defaults.horizon
+        }
+        None => defaults.horizon,
+    };
+    let ca_new_pod_scale_up_delay = d
+        .duration("caNewPodScaleUpDelay", errs)
+        .unwrap_or(defaults.ca_new_pod_scale_up_delay);
+    d.finish(errs);
+    DeferralSettings {
+        enabled,
+        horizon,
+        ca_new_pod_scale_up_delay,
+    }
 }
 
 /// The `kubernetes` section: cluster access and where durable state is kept.

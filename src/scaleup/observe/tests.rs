@@ -233,6 +233,7 @@ fn phases(records: &[Record]) -> Vec<(i64, String)> {
             Event::Reservation(_) => (r.ts_ms, "reservation".to_owned()),
             Event::Withdrawal(_) => (r.ts_ms, "withdrawal".to_owned()),
             Event::Repair(_) => (r.ts_ms, "repair".to_owned()),
+            Event::Deferral(_) => (r.ts_ms, "deferral".to_owned()),
         })
         .collect()
 }

@@ -1,0 +1,261 @@
+//! Deferral: which pending gangs Cluster Autoscaler should not be asked about now, because
+//! gangscaler would add nothing for them if it were (issue 33: steer CA without failures).
+//!
+//! A rejected `NodeGroupIncreaseSize` is a failed scale-up to CA, which backs the group off.
+//! A gang kept out of CA's scale-up costs CA nothing: the engine marks its pending members
+//! with CA's per-pod `pod-scale-up-delay`, so CA does not consider them until the mark is
+//! lifted or runs out. This module decides, purely, which gangs to mark and why.
+//!
+//! # Rules (policy `strict` only; `roundUp` and `off` defer nothing)
+//!
+//! Pending gangs are taken in admission order (priority, higher first; age, older first; id),
+//! against every group's headroom (`maxSize - target`), as admission would spend it:
+//!
+//! 1. A child of a composite is left to the composite pass (never deferred here).
+//! 2. A gang with nodes in flight on a group (requested for it, not used yet) is **covered**
+//!    when those nodes hold its whole need on that group's shape, or its `minCount` need when
+//!    the whole need does not fit what is left there. Otherwise its missing nodes are taken
+//!    from that group's headroom, or it waits (**no room**, or **behind** a gang taken before
+//!    it), as below: repairs stay on the group its nodes were requested on.
+//! 3. A gang no group can host ([`fit`](super::fit())) is **unhostable**: CA cannot know
+//!    everything gangscaler checks (CSI attach limits, RDMA, topology, claims that do not
+//!    resolve), and a call for it would be refused.
+//! 4. Otherwise the gang takes its whole need from the hosting group with the most headroom
+//!    left (ties by id), else its `minCount` need; if no group has room for either, it waits:
+//!    **behind** the gangs taken before it when some hosting group had room for it before
+//!    them, else **no room**.
+//!
+//! The result is advisory: CA still decides when to scale, and a call that arrives anyway is
+//! decided by [`admit`](super::admit()) as before.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::model::{Gang, GangRef, NodeGroupId};
+
+use super::composite::GroupSlot;
+use super::decision::Policy;
+use super::explain::Reason;
+use super::fit::fit_counts;
+
+/// Everything one deferral pass depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct DeferralInput<'a> {
+    /// Every node group, with its shape, target and maximum.
+    pub groups: &'a [GroupSlot<'a>],
+    /// The gangs; those not pending are skipped.
+    pub gangs: &'a [Arc<Gang>],
+    /// Nodes requested for a gang and not yet used, with the group they were requested on.
+    pub in_flight: &'a BTreeMap<GangRef, (NodeGroupId, u32)>,
+    /// The admission policy.
+    pub policy: Policy,
+}
+
+/// Why a gang is kept out of CA's scale-up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Hold {
+    /// Its nodes are in flight on `group`.
+    Covered {
+        /// The group they were requested on.
+        group: NodeGroupId,
+        /// Nodes in flight.
+        in_flight: u32,
+    },
+    /// No group can host it.
+    Unhostable {
+        /// Why the first group cannot (groups in id order).
+        reason: Reason,
+    },
+    /// No hosting group has room for its `minCount` need, even before any other gang.
+    NoRoom {
+        /// Its smallest `minCount` need over the hosting groups.
+        need: u32,
+        /// The most headroom any hosting group has.
+        headroom: u32,
+    },
+    /// A hosting group had room for it, but gangs taken before it (higher priority, or
+    /// older) use that room.
+    Behind {
+        /// Its smallest `minCount` need over the hosting groups.
+        need: u32,
+        /// The gang taken last before it on the group that had room.
+        ahead: GangRef,
+    },
+}
+
+impl Hold {
+    /// A bounded label for metrics and records.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Covered { .. } => "covered",
+            Self::Unhostable { .. } => "unhostable",
+            Self::NoRoom { .. } => "no_room",
+            Self::Behind { .. } => "behind",
+        }
+    }
+
+    /// One sentence naming the numbers (the `deferral` record's `reason`).
+    pub fn reason(&self) -> String {
+        match self {
+            Self::Covered { group, in_flight } => {
+                format!("its nodes are in flight: {in_flight} on {group}")
+            }
+            Self::Unhostable { reason } => format!("no group can host it: {reason}"),
+            Self::NoRoom { need, headroom } => format!(
+                "no group has room for its {need} node(s): the most any group that can host it \
+                 has is {headroom}"
+            ),
+            Self::Behind { need, ahead } => format!(
+                "a group had room for its {need} node(s), but {ahead} and the gangs taken before \
+                 it (priority, then age) use that room"
+            ),
+        }
+    }
+}
+
+/// One gang kept out of CA's scale-up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deferral {
+    /// The gang.
+    pub gang: GangRef,
+    /// Why.
+    pub hold: Hold,
+}
+
+/// A group's headroom as the pass spends it.
+struct Room<'a> {
+    slot: &'a GroupSlot<'a>,
+    left: u32,
+    /// The last gang that took from it.
+    last: Option<GangRef>,
+}
+
+/// The gangs to keep out of CA's scale-up now (rules in the module docs), sorted by gang.
+/// Pure: the same input always gives the same result.
+pub fn deferrals(input: &DeferralInput<'_>) -> Vec<Deferral> {
+    if input.policy != Policy::Strict {
+        return Vec::new();
+    }
+    let mut rooms: Vec<Room<'_>> = input
+        .groups
+        .iter()
+        .map(|slot| Room {
+            slot,
+            left: slot.headroom(),
+            last: None,
+        })
+        .collect();
+    rooms.sort_by(|a, b| a.slot.id.cmp(b.slot.id));
+    let mut pending: Vec<&Gang> = input
+        .gangs
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|g| g.is_pending() && g.composite.is_none() && g.unbound().next().is_some())
+        .collect();
+    pending.sort_by(|a, b| a.admission_order(b));
+    let mut out: Vec<Deferral> = pending
+        .into_iter()
+        .filter_map(|gang| {
+            hold(gang, input.in_flight, &mut rooms).map(|hold| Deferral {
+                gang: gang.id.clone(),
+                hold,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.gang.cmp(&b.gang));
+    out
+}
+
+/// What one gang needs of one group: `(nodes_all, nodes_min)` minus what is in flight there.
+#[derive(Clone, Copy)]
+struct Need {
+    all: u32,
+    min: u32,
+}
+
+/// Takes `gang`'s need from `rooms`, or says why it is held.
+fn hold(
+    gang: &Gang,
+    in_flight: &BTreeMap<GangRef, (NodeGroupId, u32)>,
+    rooms: &mut [Room<'_>],
+) -> Option<Hold> {
+    let mut first_reason = None;
+    // Each hosting group's index and the gang's need there.
+    let mut hosting: Vec<(usize, Need)> = Vec::new();
+    let flying = in_flight.get(&gang.id);
+    for (i, room) in rooms.iter().enumerate() {
+        let counts = room
+            .slot
+            .shape
+            .ok_or(Reason::NoTemplate)
+            .and_then(|shape| fit_counts(gang, shape));
+        let (all, min) = match counts {
+            Ok(c) => c,
+            Err(reason) => {
+                first_reason.get_or_insert(reason);
+                continue;
+            }
+        };
+        match flying {
+            // Repairs stay on the group the gang's nodes were requested on.
+            Some((group, _)) if group != room.slot.id => {}
+            Some((_, n)) => {
+                let need = Need {
+                    all: all.saturating_sub(*n),
+                    min: min.saturating_sub(*n),
+                };
+                if need.all == 0 || (need.min == 0 && need.all > room.left) {
+                    return Some(Hold::Covered {
+                        group: room.slot.id.clone(),
+                        in_flight: *n,
+                    });
+                }
+                hosting.push((i, need));
+            }
+            None => hosting.push((i, Need { all, min })),
+        }
+    }
+    if hosting.is_empty() {
+        return Some(Hold::Unhostable {
+            reason: first_reason.unwrap_or(Reason::NoTemplate),
+        });
+    }
+    let pick = |need: fn(&Need) -> u32, rooms: &[Room<'_>]| {
+        hosting
+            .iter()
+            .filter(|(i, n)| need(n) <= rooms[*i].left)
+            .max_by(|(i, _), (j, _)| {
+                rooms[*i]
+                    .left
+                    .cmp(&rooms[*j].left)
+                    .then_with(|| rooms[*j].slot.id.cmp(rooms[*i].slot.id))
+            })
+            .map(|(i, n)| (*i, need(n)))
+    };
+    let taken = pick(|n| n.all, rooms).or_else(|| pick(|n| n.min, rooms));
+    if let Some((i, nodes)) = taken {
+        rooms[i].left -= nodes;
+        rooms[i].last = Some(gang.id.clone());
+        return None;
+    }
+    let need = hosting.iter().map(|(_, n)| n.min).min().unwrap_or(0);
+    let had_room = hosting
+        .iter()
+        .filter(|(i, n)| n.min <= rooms[*i].slot.headroom())
+        .find_map(|(i, _)| rooms[*i].last.clone());
+    Some(match had_room {
+        Some(ahead) => Hold::Behind { need, ahead },
+        None => Hold::NoRoom {
+            need,
+            headroom: hosting
+                .iter()
+                .map(|(i, _)| rooms[*i].slot.headroom())
+                .max()
+                .unwrap_or(0),
+        },
+    })
+}

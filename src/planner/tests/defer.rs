@@ -1,0 +1,163 @@
+//! `deferrals`: which pending gangs are kept out of CA's scale-up, and why.
+
+use std::collections::BTreeMap;
+
+use crate::model::{NodeGroupId, NodeGroupSpec};
+use crate::planner::{Deferral, DeferralInput, GroupSlot, Hold, Policy, Reason, deferrals};
+
+use super::*;
+
+/// A gang of `n` members that each need a whole 8-GPU node, `min` of them required.
+fn whole(name: &str, n: usize, min: u32, created: i64) -> Gang {
+    gang(name)
+        .min(min)
+        .created(created)
+        .members(n, |p| p.gpus(8).gpu_tolerant())
+        .build()
+}
+
+struct Fleet {
+    groups: Vec<(NodeGroupSpec, NodeShape, u32)>,
+    in_flight: BTreeMap<GangRef, (NodeGroupId, u32)>,
+    policy: Policy,
+}
+
+/// 8-GPU groups, each `(id, max, target)`.
+fn fleet(groups: &[(&str, u32, u32)]) -> Fleet {
+    Fleet {
+        groups: groups
+            .iter()
+            .map(|(id, max, target)| {
+                let g = gpu_group(id, *max, 8);
+                let s = shape(&g);
+                (g, s, *target)
+            })
+            .collect(),
+        in_flight: BTreeMap::new(),
+        policy: Policy::Strict,
+    }
+}
+
+impl Fleet {
+    fn flying(mut self, gang: &Gang, group: &str, nodes: u32) -> Self {
+        self.in_flight
+            .insert(gang.id.clone(), (NodeGroupId::new(group), nodes));
+        self
+    }
+    fn policy(mut self, p: Policy) -> Self {
+        self.policy = p;
+        self
+    }
+    fn defer(&self, gangs: Vec<Gang>) -> Vec<Deferral> {
+        let slots: Vec<GroupSlot<'_>> = self
+            .groups
+            .iter()
+            .map(|(g, s, target)| GroupSlot {
+                id: &g.id,
+                shape: Some(s),
+                target: *target,
+                max_size: g.max_size,
+            })
+            .collect();
+        let gangs = arcs(gangs);
+        deferrals(&DeferralInput {
+            groups: &slots,
+            gangs: &gangs,
+            in_flight: &self.in_flight,
+            policy: self.policy,
+        })
+    }
+}
+
+fn holds(d: &[Deferral]) -> Vec<(&str, &'static str)> {
+    d.iter()
+        .map(|d| (d.gang.name.as_str(), d.hold.as_str()))
+        .collect()
+}
+
+#[test]
+fn the_older_gang_takes_the_room_and_the_younger_waits_behind_it() {
+    let d = fleet(&[("a", 4, 0)]).defer(vec![whole("old", 3, 3, 1), whole("new", 3, 3, 2)]);
+    assert_eq!(holds(&d), [("new", "behind")]);
+    let Hold::Behind { need, ahead } = &d[0].hold else {
+        panic!("{d:?}")
+    };
+    assert_eq!((*need, ahead.name.as_str()), (3, "old"));
+}
+
+#[test]
+fn a_higher_priority_gang_goes_first_whatever_its_age() {
+    let mut urgent = whole("urgent", 3, 3, 9);
+    urgent.priority = 10;
+    let d = fleet(&[("a", 4, 0)]).defer(vec![whole("old", 3, 3, 1), urgent]);
+    assert_eq!(holds(&d), [("old", "behind")]);
+}
+
+#[test]
+fn a_gang_larger_than_any_groups_room_has_no_room_and_smaller_ones_still_go() {
+    let d = fleet(&[("a", 8, 4), ("b", 8, 6)])
+        .defer(vec![whole("big", 6, 6, 1), whole("small", 2, 2, 2)]);
+    assert_eq!(holds(&d), [("big", "no_room")]);
+    assert_eq!(
+        d[0].hold,
+        Hold::NoRoom {
+            need: 6,
+            headroom: 4
+        }
+    );
+}
+
+#[test]
+fn min_count_is_enough_to_go_ahead_when_the_whole_gang_does_not_fit() {
+    let d = fleet(&[("a", 4, 1)]).defer(vec![whole("elastic", 5, 3, 1)]);
+    assert!(d.is_empty(), "{d:?}");
+}
+
+#[test]
+fn a_gang_whose_nodes_are_in_flight_is_covered_and_a_partial_repair_stays_on_its_group() {
+    let covered = whole("covered", 3, 3, 1);
+    let repair = whole("repair", 3, 3, 2);
+    let d = fleet(&[("a", 10, 6), ("b", 10, 0)])
+        .flying(&covered, "a", 3)
+        .flying(&repair, "a", 2)
+        .defer(vec![covered, repair]);
+    assert_eq!(holds(&d), [("covered", "covered")]);
+    // The repair needs 1 node of group a, which has 4 left: it goes ahead there. With a full,
+    // it waits, although group b has room: its nodes were requested on a.
+    let covered = whole("covered", 3, 3, 1);
+    let repair = whole("repair", 3, 3, 2);
+    let d = fleet(&[("a", 6, 6), ("b", 10, 0)])
+        .flying(&repair, "a", 2)
+        .defer(vec![covered, repair]);
+    assert_eq!(holds(&d), [("repair", "no_room")]);
+}
+
+#[test]
+fn a_gang_no_group_can_host_is_unhostable_with_the_first_groups_reason() {
+    let too_big = gang("too-big")
+        .min(2)
+        .members(2, |p| p.gpus(16).gpu_tolerant())
+        .build();
+    let d = fleet(&[("a", 10, 0)]).defer(vec![too_big]);
+    assert_eq!(holds(&d), [("too-big", "unhostable")]);
+    let Hold::Unhostable { reason } = &d[0].hold else {
+        panic!("{d:?}")
+    };
+    assert!(matches!(reason, Reason::PodTooLarge { .. }), "{reason:?}");
+}
+
+#[test]
+fn only_strict_defers_and_formed_gangs_and_composite_children_are_left_alone() {
+    let gangs = || vec![whole("old", 3, 3, 1), whole("new", 3, 3, 2)];
+    for p in [Policy::RoundUp, Policy::Off] {
+        assert!(fleet(&[("a", 4, 0)]).policy(p).defer(gangs()).is_empty());
+    }
+    let formed = gang("formed")
+        .min(2)
+        .members(2, |p| p.gpus(8).gpu_tolerant().bound("n1"))
+        .build();
+    let mut child = whole("child", 3, 3, 2);
+    child.composite = Some("parent".to_owned());
+    let d = fleet(&[("a", 3, 0)]).defer(vec![whole("first", 3, 3, 1), formed, child]);
+    assert!(d.is_empty(), "{d:?}");
+}
