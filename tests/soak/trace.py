@@ -191,15 +191,23 @@ def build(seed, peak_nodes, measured, run_s, give_up_s, warm_nodes, fits):
     return hi, at_rate(hi), held
 
 
-def provision_range(text):
-    """`S` or `LO-HI` seconds, as (delay, jitter) seconds."""
+def number_range(text, flag, unit, zero_ok):
+    """`X` or `LO-HI` as (lo, hi); `flag` and `unit` name them in the error, `zero_ok` says
+    whether LO may be 0."""
     lo, _, hi = text.partition("-")
     try:
         lo, hi = float(lo), float(hi or lo)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--provision-seconds is S or LO-HI seconds, not {text!r}")
-    if lo < 0 or hi < lo:
-        raise argparse.ArgumentTypeError(f"--provision-seconds needs 0 <= LO <= HI, not {text!r}")
+        raise argparse.ArgumentTypeError(f"{flag} is {unit[0].upper()} or LO-HI {unit}, not {text!r}")
+    if (lo < 0 if zero_ok else lo <= 0) or hi < lo:
+        bound = "0 <= LO" if zero_ok else "0 < LO"
+        raise argparse.ArgumentTypeError(f"{flag} needs {bound} <= HI, not {text!r}")
+    return lo, hi
+
+
+def provision_range(text):
+    """`S` or `LO-HI` seconds, as (delay, jitter) seconds."""
+    lo, hi = number_range(text, "--provision-seconds", "seconds", zero_ok=True)
     return lo, hi - lo
 
 
@@ -214,14 +222,8 @@ def mark_capacity(big):
 
 
 def minutes_range(text):
-    """`LO-HI` minutes, as (low, high) seconds."""
-    lo, _, hi = text.partition("-")
-    try:
-        lo, hi = float(lo), float(hi or lo)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--run-minutes is M or LO-HI minutes, not {text!r}")
-    if lo <= 0 or hi < lo:
-        raise argparse.ArgumentTypeError(f"--run-minutes needs 0 < LO <= HI, not {text!r}")
+    """`M` or `LO-HI` minutes, as (low, high) seconds."""
+    lo, hi = number_range(text, "--run-minutes", "minutes", zero_ok=False)
     return lo * 60, hi * 60
 
 
