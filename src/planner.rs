@@ -32,7 +32,7 @@ mod predicates;
 pub mod reservation;
 pub mod shape;
 
-pub use admit::{AdmissionInput, admit};
+pub use admit::{AdmissionInput, Elsewhere, admit};
 pub use capacity::{Capacity, GangShape, GroupCapacity, ShapeCapacity, Threshold, capacity};
 pub use composite::{
     CompositeAdmission, CompositeDeferral, CompositeInput, CompositePlan, CompositePreview,

@@ -435,18 +435,16 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
     let e = Arc::new(engine_of(vec![a, b], &objects).await);
 
     // CA asks the first group, then the second for the same pods: the gang is provisioned
-    // once. The second call gets CA's own delta (no pending gang needs that group), not a
-    // second whole gang.
+    // once. The second call adds nothing: no node for a gang covered on another group.
     assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 2);
-    assert_eq!(
-        e.increase_size("h100-b", 1).await.unwrap(),
-        1,
-        "no second copy"
-    );
+    let err = e.increase_size("h100-b", 1).await.unwrap_err();
+    assert_eq!(status::code(&err), tonic::Code::FailedPrecondition, "{err}");
+    assert!(err.to_string().contains("ml/train on node group h100-a"), "{err}");
+    assert_eq!(e.target_size("h100-b").await.unwrap(), 0, "no second copy");
 
     // CA withdraws the first group's nodes: the gang may go to the second.
     e.decrease_target_size("h100-a", -2).await.unwrap();
-    assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 1 + 2);
+    assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 2);
 
     // A stock-out on the second group (its instances fail) releases it the same way.
     let e = Arc::new(
@@ -477,14 +475,11 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
         .await,
     );
     assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 2);
-    assert_eq!(
-        e.increase_size("h100-b", 1).await.unwrap(),
-        1,
-        "still in flight"
-    );
+    let err = e.increase_size("h100-b", 1).await.unwrap_err();
+    assert!(err.to_string().contains("in flight"), "still in flight: {err}");
     let listed = e.nodes("h100-a").await.unwrap();
     assert!(listed.iter().all(|i| i.error.is_some()), "{listed:?}");
-    assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 1 + 2);
+    assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 2);
 }
 
 /// The names of the gangs each decision recorded on `group` admitted, decision by decision.

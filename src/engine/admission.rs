@@ -510,7 +510,10 @@ impl Admission {
         view: &GangView,
         group: &NodeGroupId,
         now_unix: i64,
-    ) -> (BTreeMap<GangRef, u32>, BTreeMap<GangRef, NodeGroupId>) {
+    ) -> (
+        BTreeMap<GangRef, u32>,
+        BTreeMap<GangRef, planner::Elsewhere>,
+    ) {
         let mut ledger = self
             .in_flight
             .lock()
@@ -527,7 +530,13 @@ impl Admission {
         let elsewhere = ledger
             .iter()
             .filter(|(_, f)| &f.group != group && f.live() > 0)
-            .map(|(g, f)| (g.clone(), f.group.clone()))
+            .map(|(g, f)| {
+                let there = planner::Elsewhere {
+                    group: f.group.clone(),
+                    short: !f.failed.is_empty(),
+                };
+                (g.clone(), there)
+            })
             .collect();
         (here, elsewhere)
     }
@@ -693,6 +702,8 @@ status: {{phase: Pending}}
         assert!(d.admitted.is_empty(), "admitted twice: {d:?}");
         assert_eq!(d.covered.len(), 1, "{d:?}");
         assert_eq!(d.covered[0].elsewhere.as_ref(), Some(&a.id), "{d:?}");
+        // Nor is CA's delta added for it there: no node for a covered gang.
+        assert_eq!((d.rule, d.applied_delta), (Rule::AllCovered, 0), "{d:?}");
         // The first group's instances fail: the gang may go to the second.
         admission.release(a.id.as_str());
         let d = admission

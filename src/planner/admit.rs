@@ -26,17 +26,21 @@
 //!    | Situation | `Strict` | `RoundUp` | `Off` |
 //!    |---|---|---|---|
 //!    | headroom is 0 | reject | reject | reject |
-//!    | no candidate needs nodes, every one covered here¹, `ungrouped == 0` | reject | CA's delta | CA's delta |
+//!    | no candidate needs nodes, every one covered¹, `ungrouped == 0` | reject | CA's delta | CA's delta |
+//!    | no candidate needs nodes, every one covered¹, `ungrouped > 0` | `min(ca_delta, ungrouped)` | CA's delta | CA's delta |
 //!    | no candidate needs nodes (otherwise) | CA's delta | CA's delta | CA's delta |
 //!    | gangs admitted | `max(gang_need, min(ca_delta, gang_need + ungrouped))` | `max(ca_delta, gang_need)` | CA's delta |
 //!    | none admitted, `ungrouped > 0` | `min(ca_delta, ungrouped)` | CA's delta | CA's delta |
 //!    | none admitted, `ungrouped == 0` | reject | CA's delta | CA's delta |
 //!
-//!    ¹ At least one gang is covered by this group's in-flight nodes, and the group's target
-//!    holds them all (`target ≥` their sum): CA asking again for such gangs (they wait on
-//!    something new nodes do not bring, such as a device plugin advertising late) would only
-//!    add idle nodes. A target below the sum means some of those requests never reached the
-//!    backend, and CA's delta applies.
+//!    ¹ At least one gang is covered by nodes in flight, on this group or on another
+//!    (`elsewhere`), and this group's target holds the ones in flight here (`target ≥` their
+//!    sum): CA asking again for such gangs (they wait on something new nodes do not bring,
+//!    such as a device plugin advertising late, or CA's simulation gave their upcoming nodes
+//!    to other pods) would only add idle nodes, so no node is added for them, here or on a
+//!    second group. A target below the sum means some of those requests never reached the
+//!    backend, and CA's delta applies; so it does when some of a gang's nodes on another group
+//!    failed (`short`: their repair waits for CA to ask that group again).
 //!
 //!    Every result is then capped at the headroom (`capped` in the record). `Strict` rounds
 //!    CA's delta up to whole admitted gangs and trims it to what admitted gangs and ungrouped
@@ -81,13 +85,23 @@ pub struct AdmissionInput<'a> {
     /// Gangs with nodes requested on *another* group and not yet used, with that group: their
     /// need is being met there, so this group adds nothing for them (two groups would
     /// otherwise each provision the whole gang).
-    pub elsewhere: &'a BTreeMap<GangRef, NodeGroupId>,
+    pub elsewhere: &'a BTreeMap<GangRef, Elsewhere>,
     /// Nodes of this group the pending pods outside any gang would need.
     pub ungrouped_nodes: u32,
     /// Composites deferred by [`place_composites`](super::place_composites) in this decision:
     /// listed first among the deferred gangs, so that under `Strict` their children's pods
     /// never get CA's delta through the "no gang needs nodes" row.
     pub deferred_composites: &'a [DeferredGang],
+}
+
+/// Where a gang's nodes are in flight on another group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elsewhere {
+    /// That group.
+    pub group: NodeGroupId,
+    /// Whether some of those nodes failed (their repair is due on that group): the gang is
+    /// not whole on its way, so a call here for its pods still gets CA's delta.
+    pub short: bool,
 }
 
 /// A pending gang the group can host and whose need is not yet covered.
@@ -198,7 +212,7 @@ fn sort_out<'a>(input: &AdmissionInput<'a>) -> Sorted<'a> {
                 nodes_all,
                 nodes_min,
                 in_flight: 0,
-                elsewhere: Some(other.clone()),
+                elsewhere: Some(other.group.clone()),
             });
             continue;
         }
@@ -283,8 +297,14 @@ fn rule(
         (Rule::AtMax, None)
     } else if input.policy == Policy::Off {
         (Rule::Passthrough, Some(ca))
-    } else if !needing && input.policy == Policy::Strict && all_covered_here(input, taken) {
-        (Rule::AllCovered, None)
+    } else if !needing && input.policy == Policy::Strict && covered_only(input, taken) {
+        // Every gang CA can be asking for has its nodes on the way, here or on another
+        // group: nothing is added for them, only what ungrouped pods need.
+        if ungrouped > 0 {
+            (Rule::UngroupedOnly, Some(ca.min(ungrouped)))
+        } else {
+            (Rule::AllCovered, None)
+        }
     } else if !needing {
         (Rule::NoGangs, Some(ca))
     } else if !taken.admitted.is_empty() {
@@ -302,23 +322,26 @@ fn rule(
     }
 }
 
-/// Whether the covered gangs' in-flight nodes on this group are all in its target and no
-/// ungrouped pod needs a node: CA asking again for such gangs (their members wait on
-/// something new nodes do not bring, such as a device plugin advertising late) would only
-/// add nodes nobody uses. A target below what the covered gangs count in flight means some
-/// requests never reached the backend (a crash between the record and the backend call):
-/// CA's delta still applies then.
-fn all_covered_here(input: &AdmissionInput<'_>, taken: &Taken) -> bool {
+/// Whether the pending gangs this group can host are all covered by nodes requested for them
+/// and still coming: on this group (held by its target) or on another group. CA asking again
+/// for such gangs (their members wait on something new nodes do not bring, such as a device
+/// plugin advertising late, or CA's simulation packed other pods onto their upcoming nodes)
+/// would only add nodes nobody uses. A target below what the covered gangs count in flight
+/// here means some requests never reached the backend (a crash between the record and the
+/// backend call): CA's delta still applies then.
+fn covered_only(input: &AdmissionInput<'_>, taken: &Taken) -> bool {
     let covered_here: u32 = taken
         .covered
         .iter()
         .filter(|c| c.elsewhere.is_none())
         .map(|c| c.in_flight)
         .sum();
-    !taken.covered.is_empty()
-        && covered_here > 0
-        && input.target >= covered_here
-        && input.ungrouped_nodes == 0
+    let elsewhere = taken.covered.iter().any(|c| c.elsewhere.is_some());
+    let short = taken
+        .covered
+        .iter()
+        .any(|c| c.elsewhere.is_some() && input.elsewhere.get(&c.gang).is_some_and(|e| e.short));
+    (covered_here > 0 || elsewhere) && !short && input.target >= covered_here
 }
 
 /// `gang` with every member's unresolved claims dropped: what the group could do for it once

@@ -25,9 +25,9 @@
 //!    hold on its group too.
 //! 4. A composite whose every pending child already has nodes requested is *covered*: if CA
 //!    asks again for its pods (CA 1.36 counts no upcoming nodes for a group it did not scale
-//!    up itself, so it does not see the other groups' shares coming), `Strict` rejects the
-//!    increase when nothing else needs it and the group's target holds its in-flight nodes
-//!    ([`combine`]).
+//!    up itself, so it does not see the other groups' shares coming), `Strict` adds nothing
+//!    for it when the group's target holds its in-flight nodes: only what ungrouped pods need,
+//!    and it rejects the increase when nothing else needs it ([`combine`]).
 //! 5. All or nothing: the placements stand only when formed + in flight + placed reaches
 //!    `minGroupCount` and at least one child lands on the asked group (the increase CA asked
 //!    for carries the decision; a composite none of whose children fits the asked group's

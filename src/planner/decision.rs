@@ -302,6 +302,13 @@ fn deferred_names(d: &Decision) -> String {
     })
 }
 
+fn covered_names(d: &Decision) -> String {
+    names(&d.covered, |c| match &c.elsewhere {
+        Some(group) => format!("{} on node group {group}", c.gang),
+        None => format!("{} {} in flight", c.gang, c.in_flight),
+    })
+}
+
 /// The sentence of `d` (`no_template`: the group has no template node).
 pub(super) fn explain(d: &Decision, no_template: bool) -> String {
     let (ca, applied, h) = (d.ca_delta, d.applied_delta, d.headroom);
@@ -338,6 +345,11 @@ pub(super) fn explain(d: &Decision, no_template: bool) -> String {
                 })
             )
         }
+        Rule::UngroupedOnly if d.deferred.is_empty() => format!(
+            "every pending gang this group can host has its nodes in flight ({}); applying {applied} for ungrouped pods needing {} nodes (CA asked {ca})",
+            covered_names(d),
+            d.ungrouped_nodes
+        ),
         Rule::UngroupedOnly => format!(
             "no gang fits headroom {h} ({}); applying {applied} for ungrouped pods needing {} nodes (CA asked {ca})",
             deferred_names(d),
@@ -355,10 +367,7 @@ pub(super) fn explain(d: &Decision, no_template: bool) -> String {
         ),
         Rule::AllCovered => format!(
             "rejected: every pending gang this group can host has its nodes in flight ({}; target {}) and no ungrouped pod needs one; CA asked {ca}",
-            names(&d.covered, |c| format!(
-                "{} {} in flight",
-                c.gang, c.in_flight
-            )),
+            covered_names(d),
             d.target
         ),
         // Written by `combine`, which builds these decisions.

@@ -134,20 +134,35 @@ pub fn combine(
     (primary, companions)
 }
 
-/// `base` rejected under `Strict` when the only pods CA can be asking for are covered
-/// composites' (rule 4 of the module docs): [`Rule::NoGangs`] would otherwise apply CA's delta
-/// to pods whose nodes are on their way on this or another group.
+/// `base` under `Strict` when the only gangs CA can be asking for are covered composites'
+/// (rule 4 of the module docs): only what ungrouped pods need, rejected when they need
+/// nothing. [`Rule::NoGangs`] would otherwise apply CA's delta to pods whose nodes are on
+/// their way on this or another group.
 fn covered(base: Decision, plan: &CompositePlan) -> Decision {
     let in_flight: u32 = plan.covered.iter().map(|(_, n)| *n).sum();
     if plan.covered.is_empty()
         || base.policy != Policy::Strict
         || base.rule != Rule::NoGangs
-        || base.ungrouped_nodes > 0
         || base.target < in_flight
     {
         return base;
     }
     let names: Vec<String> = plan.covered.iter().map(|(c, _)| c.to_string()).collect();
+    if base.ungrouped_nodes > 0 {
+        // Only the ungrouped pods' nodes: none for the covered composites.
+        let applied = base.ca_delta.min(base.ungrouped_nodes).min(base.headroom);
+        return Decision {
+            rule: Rule::UngroupedOnly,
+            applied_delta: applied,
+            reason: format!(
+                "every pending composite this group can host has its children's nodes requested ({}; {in_flight} in flight here); applying {applied} for ungrouped pods needing {} nodes (CA asked {})",
+                names.join(", "),
+                base.ungrouped_nodes,
+                base.ca_delta
+            ),
+            ..base
+        };
+    }
     Decision {
         verdict: Verdict::Reject,
         rule: Rule::AllCovered,

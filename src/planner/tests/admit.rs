@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use crate::model::{NodeGroupId, labels};
-use crate::planner::{AdmissionInput, Decision, Extent, Policy, Reason, Rule, Verdict, admit};
+use crate::planner::{
+    AdmissionInput, Decision, Elsewhere, Extent, Policy, Reason, Rule, Verdict, admit,
+};
 
 use super::*;
 
@@ -25,6 +27,7 @@ struct Case {
     policy: Policy,
     gangs: Vec<Gang>,
     in_flight: BTreeMap<GangRef, u32>,
+    elsewhere: BTreeMap<GangRef, Elsewhere>,
     ungrouped: u32,
 }
 
@@ -40,6 +43,7 @@ fn case(max: u32, target: u32, ca: u32, gangs: Vec<Gang>) -> Case {
         policy: Policy::Strict,
         gangs,
         in_flight: BTreeMap::new(),
+        elsewhere: BTreeMap::new(),
         ungrouped: 0,
     }
 }
@@ -63,7 +67,7 @@ impl Case {
             policy: self.policy,
             gangs: &arcs(self.gangs.clone()),
             in_flight: &self.in_flight,
-            elsewhere: &BTreeMap::new(),
+            elsewhere: &self.elsewhere,
             ungrouped_nodes: self.ungrouped,
             deferred_composites: &[],
         })
@@ -246,11 +250,72 @@ fn strict_rejects_a_call_for_gangs_whose_nodes_are_all_in_flight_and_held_by_the
         "{}",
         d.reason
     );
-    // roundUp never rejects; with ungrouped pods pending, CA's delta applies as before.
+    // roundUp never rejects.
     let d = c.clone().policy(Policy::RoundUp).decide();
     assert_eq!((d.rule, d.applied_delta), (Rule::NoGangs, 4));
+    // With an ungrouped pod pending, only its node: none for the covered gang.
     let d = c.clone().ungrouped(1).decide();
+    assert_eq!(
+        (d.rule, d.verdict, d.applied_delta),
+        (Rule::UngroupedOnly, Verdict::Accept, 1)
+    );
+    assert!(
+        d.reason.contains("ml/train 4 in flight") && d.reason.contains("ungrouped"),
+        "{}",
+        d.reason
+    );
+}
+
+#[test]
+fn strict_adds_no_node_for_a_gang_whose_nodes_are_in_flight_on_another_group() {
+    // CA asks this group for the pods of a gang whose 4 nodes were requested on h100-b (CA
+    // packed other pods onto those upcoming nodes in its simulation, or ignores them after
+    // that group's failed scale-up): a second set of nodes would only idle.
+    let g = whole_node_gang("train", 4, 4);
+    let mut c = case(8, 0, 4, vec![g.clone()]);
+    let there = Elsewhere {
+        group: NodeGroupId::new("h100-b"),
+        short: false,
+    };
+    c.elsewhere = BTreeMap::from([(g.id.clone(), there.clone())]);
+    let d = c.decide();
+    assert_eq!(
+        (d.rule, d.verdict, d.applied_delta),
+        (Rule::AllCovered, Verdict::Reject, 0)
+    );
+    assert_eq!(d.covered[0].elsewhere, Some(NodeGroupId::new("h100-b")));
+    assert!(
+        d.reason.contains("ml/train on node group h100-b"),
+        "{}",
+        d.reason
+    );
+    // Ungrouped pods still get theirs, and only theirs.
+    let d = c.clone().ungrouped(2).decide();
+    assert_eq!((d.rule, d.applied_delta), (Rule::UngroupedOnly, 2));
+    // A second gang that needs nodes here is admitted as usual, with nothing for the first.
+    let mut two = c.clone();
+    two.gangs.push(whole_node_gang("eval", 2, 2));
+    let d = two.decide();
+    assert_eq!(admitted(&d), vec![("eval", 2, Extent::Whole)]);
+    assert_eq!(d.applied_delta, 2);
+    // roundUp and off keep CA's delta.
+    for policy in [Policy::RoundUp, Policy::Off] {
+        let d = c.clone().policy(policy).decide();
+        assert_eq!(d.applied_delta, 4, "{policy:?}");
+    }
+    // Some of its nodes there failed: their repair waits for CA to ask h100-b again, so CA's
+    // delta applies here as before (still not the whole gang).
+    let mut short = c.clone();
+    short.elsewhere = BTreeMap::from([(
+        g.id.clone(),
+        Elsewhere {
+            short: true,
+            ..there
+        },
+    )]);
+    let d = short.decide();
     assert_eq!((d.rule, d.applied_delta), (Rule::NoGangs, 4));
+    assert!(d.admitted.is_empty(), "{d:?}");
 }
 
 #[test]
