@@ -20,6 +20,10 @@ pub const LONG_MAX_BACKOFF: Duration = Duration::from_secs(5 * 60);
 /// gangscaler's default `lifecycle.formationTimeout`, the formation time assumed without
 /// `--config`.
 pub const DEFAULT_FORMATION: Duration = Duration::from_secs(30 * 60);
+/// `--ok-total-unready-count` default (3 in 1.34-1.36).
+pub const DEFAULT_OK_UNREADY: u64 = 3;
+/// `--max-total-unready-percentage` default (45 in 1.34-1.36).
+pub const DEFAULT_MAX_UNREADY_PERCENT: f64 = 45.0;
 /// Expanders CA accepts (`AvailableExpanders` and the registered `least-nodes` filter).
 pub const EXPANDERS: [&str; 7] = [
     "random",
@@ -58,6 +62,7 @@ pub(super) fn rows(o: &Observed) -> Vec<Row> {
         expander(f),
         max_nodes_total(o, f),
         unneeded_time(o, f),
+        unready_limits(o, f),
     ]
 }
 
@@ -374,4 +379,85 @@ fn unneeded_time(o: &Observed, f: &[Flag]) -> Row {
              --scale-down-unneeded-time",
         ),
     }
+}
+
+/// CA's unready limits against the largest whole-gang round-up a group can make. CA expects a
+/// group's nodes up to its target minus the increase it asked for
+/// (`clusterstate.go` `updateAcceptableRanges`); the nodes gangscaler adds beyond that ask
+/// count as missing until they are Ready, and more than `--ok-total-unready-count` of them
+/// (when also more than `--max-total-unready-percentage` of the group's registered nodes) make
+/// the group unhealthy (`IsNodeGroupHealthy`): CA does not scale it up until they are Ready.
+/// Not a failure and no backoff, but the group's next gangs wait. The largest round-up is
+/// `maxSize - 1` (a whole gang of `maxSize` nodes for CA's ask of one).
+fn unready_limits(o: &Observed, f: &[Flag]) -> Row {
+    const ID: &str = "ca-flag/unready-limits";
+    let ok = match value(f, "ok-total-unready-count").map(str::parse::<u64>) {
+        None => DEFAULT_OK_UNREADY,
+        Some(Ok(n)) => n,
+        Some(Err(_)) => {
+            return Row::new(
+                ID,
+                Status::Error,
+                format!(
+                    "--ok-total-unready-count {:?} is not a whole number (CA refuses to start)",
+                    value(f, "ok-total-unready-count").unwrap_or_default()
+                ),
+                "fix the value",
+            );
+        }
+    };
+    let percent = match value(f, "max-total-unready-percentage").map(str::parse::<f64>) {
+        None => DEFAULT_MAX_UNREADY_PERCENT,
+        Some(Ok(p)) if p.is_finite() => p,
+        Some(_) => {
+            return Row::new(
+                ID,
+                Status::Error,
+                format!(
+                    "--max-total-unready-percentage {:?} is not a number (CA refuses to start)",
+                    value(f, "max-total-unready-percentage").unwrap_or_default()
+                ),
+                "fix the value",
+            );
+        }
+    };
+    let found = format!("ok-total-unready-count {ok}, max-total-unready-percentage {percent}");
+    let Some(p) = &o.provider else {
+        return Row::new(
+            ID,
+            Status::Unknown,
+            format!("{found}; the groups' maxSize is unknown"),
+            "pass --config to compare them with the largest whole-gang round-up",
+        );
+    };
+    let Some(largest) = p.groups.iter().max_by_key(|g| g.max_size) else {
+        return Row::new(ID, Status::Ok, format!("{found}; no node group"), "");
+    };
+    let round_up = u64::from(largest.max_size.saturating_sub(1));
+    if round_up <= ok {
+        return Row::new(
+            ID,
+            Status::Ok,
+            format!(
+                "{found}: covers the largest round-up, {round_up} node(s) beyond CA's ask on group {}",
+                largest.id
+            ),
+            "",
+        );
+    }
+    Row::new(
+        ID,
+        Status::Warn,
+        format!(
+            "{found}: a whole gang on group {} (maxSize {}) can add up to {round_up} nodes beyond \
+             CA's ask; while more than {ok} of them are not Ready (and more than {percent} % of \
+             the group's nodes), CA counts the group unhealthy and does not scale it up (no \
+             failure, no backoff), so its next gangs wait for those nodes",
+            largest.id, largest.max_size
+        ),
+        format!(
+            "--ok-total-unready-count={round_up} (it also lets CA go on with that many broken \
+             nodes in a small cluster), or accept the wait"
+        ),
+    )
 }

@@ -114,7 +114,8 @@ fn healthy(minor: u32) -> Observed {
             version: Some(Found::new(v(&format!("1.{minor}.1")), "--ca-version")),
             flags: Some(flags_of(&format!(
                 "--cloud-provider=externalgrpc\n--expander=least-waste\n\
-                 --initial-node-group-backoff-duration=30s\n--max-node-group-backoff-duration=2m\n{csi_flag}"
+                 --initial-node-group-backoff-duration=30s\n--max-node-group-backoff-duration=2m\n\
+                 --ok-total-unready-count=7\n{csi_flag}"
             ))),
             lookup: None,
         },
@@ -895,6 +896,41 @@ fn max_nodes_total_is_checked_against_live_nodes_and_group_headroom() {
         status(&with_ca_flags("--max-nodes-total=lots"), ID),
         Status::Error
     );
+}
+
+#[test]
+fn unready_limits_are_compared_with_the_largest_whole_gang_round_up() {
+    const ID: &str = "ca-flag/unready-limits";
+    // Group gpu has maxSize 8: a whole gang adds up to 7 nodes beyond CA's ask of one.
+    let r = row(&with_ca_flags("--cloud-provider=externalgrpc"), ID);
+    assert_eq!(r.status, Status::Warn, "{r:?}");
+    assert!(
+        r.found.contains("ok-total-unready-count 3") && r.found.contains("up to 7 nodes"),
+        "{r:?}"
+    );
+    assert!(r.action.contains("--ok-total-unready-count=7"), "{r:?}");
+    assert_eq!(
+        status(&with_ca_flags("--ok-total-unready-count=7"), ID),
+        Status::Ok
+    );
+    assert_eq!(
+        status(&with_ca_flags("--ok-total-unready-count=6"), ID),
+        Status::Warn
+    );
+    assert_eq!(
+        status(&with_ca_flags("--ok-total-unready-count=seven"), ID),
+        Status::Error
+    );
+    assert_eq!(
+        status(
+            &with_ca_flags("--ok-total-unready-count=7\n--max-total-unready-percentage=x"),
+            ID
+        ),
+        Status::Error
+    );
+    let mut o = with_ca_flags("--ok-total-unready-count=7");
+    o.provider = None;
+    assert_eq!(status(&o, ID), Status::Unknown);
 }
 
 #[test]
