@@ -62,6 +62,10 @@ use support::{create_dynamic, create_gang_object, start_gangscaler, start_gangsc
 /// scale-up within the run.
 const LIFECYCLE: &str = "{interval: 2s, formationTimeout: 10m, attachTimeout: 5m}";
 
+/// The `defer` arm's `admission.deferral`: the default horizon, CA's default
+/// `--new-pod-scale-up-delay` (0 s).
+const DEFERRAL: &str = "{enabled: true, horizon: 2m}";
+
 /// What the run reads from its environment.
 struct Config {
     trace: PathBuf,
@@ -71,6 +75,8 @@ struct Config {
     tick: Duration,
     /// `SOAK_RESERVE=1`: the groups reserve the nodes added for a gang (the third arm).
     reserve: bool,
+    /// `SOAK_DEFER=1`: `admission.deferral` is on (the `defer` arm, docs/deferral.md).
+    defer: bool,
 }
 
 impl Config {
@@ -93,13 +99,19 @@ impl Config {
                 var("SOAK_TICK_SECONDS")
                     .map_or(5.0, |s| s.parse().expect("SOAK_TICK_SECONDS is a number")),
             ),
-            reserve: match var("SOAK_RESERVE").as_deref() {
-                None | Some("0") => false,
-                Some("1") => true,
-                Some(other) => panic!("SOAK_RESERVE is 0 or 1, not {other:?}"),
-            },
+            reserve: flag(var("SOAK_RESERVE"), "SOAK_RESERVE"),
+            defer: flag(var("SOAK_DEFER"), "SOAK_DEFER"),
             policy,
         }
+    }
+}
+
+/// A `0`/`1` switch from the environment (unset is `0`).
+fn flag(value: Option<String>, name: &str) -> bool {
+    match value.as_deref() {
+        None | Some("0") => false,
+        Some("1") => true,
+        Some(other) => panic!("{name} is 0 or 1, not {other:?}"),
     }
 }
 
@@ -159,10 +171,13 @@ async fn soak_replays_the_trace_with_the_real_ca() {
     // CA logs at --v=2 here (the e2e's --v=4 writes gigabytes at a thousand nodes).
     // CA gives a node 5 minutes to come, above the longest provisioning time a trace draws
     // (trace.py caps it at 4 minutes).
-    let setup = Setup::new("soak", &cfg.policy, groups(&trace, cfg.reserve))
+    let mut setup = Setup::new("soak", &cfg.policy, groups(&trace, cfg.reserve))
         .lifecycle(LIFECYCLE)
         .ca_flag("v", "2")
         .ca_flag("max-node-provision-time", "5m");
+    if cfg.defer {
+        setup = setup.deferral(DEFERRAL);
+    }
     let s = Scenario::start(setup).await;
     eprintln!(
         "soak: {} gangs over {minutes} min under {}; logs in {}",
@@ -193,6 +208,7 @@ async fn soak_replays_the_trace_with_the_real_ca() {
     let results = serde_json::json!({
         "policy": cfg.policy,
         "reservation": cfg.reserve,
+        "deferral": cfg.defer,
         "k8s": harness::Versions::load().minor,
         "ca": s.ca.version,
         "tracePath": cfg.trace,

@@ -138,8 +138,9 @@ def ca_loop_mean(loops):
 
 
 def arm(res):
-    """The arm's name: the policy, and whether reservation was on."""
-    return res["policy"] + (" + reservation" if res.get("reservation") else "")
+    """The arm's name: the policy, and whether reservation and deferral were on."""
+    return (res["policy"] + (" + reservation" if res.get("reservation") else "")
+            + (" + deferral" if res.get("deferral") else ""))
 
 
 def figures(run_dir):
@@ -345,8 +346,9 @@ def matrix(root):
 # --- the scarcity soak: one summary per run, tables from the committed summaries ---
 
 SUMMARY_SCHEMA = 1
-# The arms, in table order: name → (policy, reservation).
-ARMS = {"off": ("off", False), "strict": ("strict", False), "reserve": ("strict", True)}
+# The arms, in table order: name → (policy, reservation, deferral).
+ARMS = {"off": ("off", False, False), "strict": ("strict", False, False),
+        "reserve": ("strict", True, False), "defer": ("strict", False, True)}
 
 
 def audit_rules(run_dir):
@@ -362,6 +364,23 @@ def audit_rules(run_dir):
             key = f"{r.get('verdict')}:{r.get('rule')}"
             out[key] = out.get(key, 0) + 1
     return out
+
+
+def covered_nodes_added(run_dir):
+    """Nodes added by calls whose only pending gangs already had their nodes in flight (no gang
+    admitted or deferred, at least one covered), past what ungrouped pods needed: nodes added
+    for a covered gang (issue 33 item 2; `off` computes the same records)."""
+    n = 0
+    text = read(os.path.join(run_dir, "audit.jsonl"), "") or ""
+    for line in text.splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if (r.get("event") == "decision" and r.get("verdict") == "accept" and not r.get("gangs")
+                and not r.get("deferredTotal") and r.get("covered", 0) > 0):
+            n += max(0, r.get("appliedDelta", 0) - r.get("ungroupedNodes", 0))
+    return n
 
 
 def day_seconds(ms_):
@@ -417,7 +436,9 @@ def summary(run_dir, campaign, commit, repeat=1):
         cpu = 100 * (in_win[-1]["cpuTicks"] - in_win[0]["cpuTicks"]) / tck / max((in_win[-1]["tS"] - in_win[0]["tS"]), 1)
     ov = audit.get("overall", {})
     g0 = (trace.get("groups") or [{}])[0]
-    arm_name = next((a for a, (p, r) in ARMS.items() if p == res["policy"] and r == bool(res.get("reservation"))), arm(res))
+    arm_name = next((a for a, (p, r, d) in ARMS.items()
+                     if (p, r, d) == (res["policy"], bool(res.get("reservation")), bool(res.get("deferral")))),
+                    arm(res))
     r2 = lambda x: None if x is None else round(x, 2)
     return {
         "schema": SUMMARY_SCHEMA,
@@ -450,6 +471,7 @@ def summary(run_dir, campaign, commit, repeat=1):
         "caBackoffs": backoffs,
         "caFailedScaleUps": failed,
         "decisions": audit_rules(run_dir),
+        "coveredNodesAdded": covered_nodes_added(run_dir),
         "nodesAskedApplied": [ov.get("nodesAsked", 0), ov.get("nodesApplied", 0)],
         "increaseSizeMs": {"p50": r2(q(0.5) * 1000) if q(0.5) is not None else None,
                            "p95": r2(q(0.95) * 1000) if q(0.95) is not None else None,
@@ -505,6 +527,7 @@ ROWS = [
     ("Arrived in the window, not started", lambda s: s["work"]["arrivedNotStarted"], "{:.0f}"),
     ("CA backoffs caused by refusals", lambda s: s["caBackoffs"].get("cloudProviderError", 0), "{:.0f}"),
     ("CA backoffs, other causes", lambda s: sum(v for k, v in s["caBackoffs"].items() if k != "cloudProviderError"), "{:.0f}"),
+    ("Nodes added for gangs already covered", lambda s: s.get("coveredNodesAdded"), "{:.0f}"),
     ("NodeGroupIncreaseSize P50 / P95 (ms)", lambda s: (s["increaseSizeMs"]["p50"], s["increaseSizeMs"]["p95"]), "{:.1f} / {:.1f}"),
     ("gangscaler CPU (% of a core); peak RSS (MiB)",
      lambda s: (s["gangscaler"]["cpuCorePercent"], s["gangscaler"]["peakRssMiB"]), "{:.1f}; {:.0f}"),
