@@ -148,6 +148,7 @@ fn decide(f: &Fixture) -> planner::Decision {
         in_flight: &f.in_flight,
         elsewhere: &BTreeMap::new(),
         ungrouped_nodes: 1,
+        idle_nodes: 0,
         deferred_composites: &[],
     })
 }

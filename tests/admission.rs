@@ -439,7 +439,10 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
     assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 2);
     let err = e.increase_size("h100-b", 1).await.unwrap_err();
     assert_eq!(status::code(&err), tonic::Code::FailedPrecondition, "{err}");
-    assert!(err.to_string().contains("ml/train on node group h100-a"), "{err}");
+    assert!(
+        err.to_string().contains("ml/train on node group h100-a"),
+        "{err}"
+    );
     assert_eq!(e.target_size("h100-b").await.unwrap(), 0, "no second copy");
 
     // CA withdraws the first group's nodes: the gang may go to the second.
@@ -476,7 +479,10 @@ async fn a_gang_in_flight_on_one_group_goes_to_another_only_after_the_first_fail
     );
     assert_eq!(e.increase_size("h100-a", 1).await.unwrap(), 2);
     let err = e.increase_size("h100-b", 1).await.unwrap_err();
-    assert!(err.to_string().contains("in flight"), "still in flight: {err}");
+    assert!(
+        err.to_string().contains("in flight"),
+        "still in flight: {err}"
+    );
     let listed = e.nodes("h100-a").await.unwrap();
     assert!(listed.iter().all(|i| i.error.is_some()), "{listed:?}");
     assert_eq!(e.increase_size("h100-b", 1).await.unwrap(), 2);

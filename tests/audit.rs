@@ -62,6 +62,7 @@ fn planner_decision(admitted: &[&str], deferred: usize) -> Decision {
                 extent: Extent::MinCount,
                 nodes: 1,
                 nodes_all: 2,
+                idle: 0,
                 nodes_min: 1,
                 in_flight: 0,
             })

@@ -51,6 +51,7 @@ fn decision(id: Option<String>, group: &str, verdict: Verdict, gangs: &[&str]) -
                 priority: 0,
                 extent: Extent::Whole,
                 nodes: 1,
+                idle: 0,
                 in_flight: 0,
             })
             .collect(),

@@ -255,6 +255,7 @@ pub(super) fn run_lifecycle_stress(
             priority: 0,
             extent: Extent::Whole,
             nodes: 1,
+            idle: 0,
             in_flight: 0,
         };
         let decision = DecisionEvent {

@@ -245,6 +245,7 @@ impl<'a> Join<'a> {
             ungrouped_pending: self.ungrouped,
             problems: self.problems,
             composites: Vec::new(),
+            idle: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -43,7 +43,17 @@ pub struct NodeSummary {
     /// Cluster API has not initialized the node yet (it carries
     /// [`CLUSTER_API_UNINITIALIZED`]): its own taints are still to come.
     pub uninitialized: bool,
+    /// No new pod may land on it: `spec.unschedulable` (cordoned), or CA is deleting it (its
+    /// `ToBeDeletedByClusterAutoscaler` taint).
+    pub unschedulable: bool,
+    /// The keys of its `NoSchedule` and `NoExecute` taints other than ours (the reservation
+    /// taint, Cluster API's uninitialized taint), sorted: a node whose taints are not all in
+    /// its group's template may repel the pods the template admits.
+    pub hard_taints: Vec<String>,
 }
+
+/// The taint CA puts on a node it is deleting.
+pub const TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
 
 impl NodeSummary {
     /// The summary of `node`.
@@ -77,6 +87,26 @@ impl NodeSummary {
                 .and_then(|l| l.get(NODE_GROUP))
                 .cloned(),
             uninitialized: taints.iter().any(|t| t.key == CLUSTER_API_UNINITIALIZED),
+            unschedulable: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false)
+                || taints.iter().any(|t| t.key == TO_BE_DELETED),
+            hard_taints: {
+                let mut keys: Vec<String> = taints
+                    .iter()
+                    .filter(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
+                    .filter(|t| {
+                        ![RESERVATION_TAINT, CLUSTER_API_UNINITIALIZED, TO_BE_DELETED]
+                            .contains(&t.key.as_str())
+                    })
+                    .map(|t| t.key.clone())
+                    .collect();
+                keys.sort();
+                keys.dedup();
+                keys
+            },
         }
     }
 
@@ -166,6 +196,11 @@ impl NodeTable {
     /// The names of the nodes carrying something of ours ([`NodeSummary::ours`]), sorted.
     pub fn marked(&self) -> impl Iterator<Item = &str> {
         self.marked.iter().map(String::as_str)
+    }
+
+    /// Every node in the table with its summary, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &NodeSummary)> {
+        self.nodes.iter().map(|(n, s)| (n.as_str(), s))
     }
 
     /// Nodes in the table.

@@ -2,9 +2,11 @@
 //! and the incremental [`GangIndex`](super::GangIndex) both give it, and how long a scheduled
 //! condition is trusted in it ([`SCHEDULED_GRACE_SECS`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::adapter::ScheduledCondition;
+use super::idle::IdleNode;
 use super::problem::Problem;
 use crate::model::{Composite, Gang, GangRef, PodDemand};
 
@@ -32,6 +34,10 @@ pub struct GangView {
     /// CompositePodGroups with a gang policy, sorted by [`GangRef`], with their child gangs
     /// (read by the composite pass, `src/cluster/composites.rs`).
     pub composites: Vec<Composite>,
+    /// Idle nodes by node group ([`idle_nodes`](super::idle_nodes)), which admission credits to
+    /// pending gangs before fresh nodes. Filled only by a source that watches nodes (the
+    /// cluster watchers); empty otherwise.
+    pub idle: BTreeMap<String, Vec<IdleNode>>,
 }
 
 impl GangView {

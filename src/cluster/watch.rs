@@ -35,7 +35,7 @@ use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{GangIndex, GangObject, GangView, NodeTable, ObjectSet, adapters};
+use super::{GangIndex, GangObject, GangView, IdleNode, NodeTable, ObjectSet, adapters};
 use crate::telemetry::Chain;
 
 mod pods;
@@ -328,6 +328,13 @@ impl ClusterView {
     /// meanwhile).
     pub fn with_node_table<T>(&self, f: impl FnOnce(&NodeTable) -> T) -> T {
         f(&lock(&self.node_table))
+    }
+
+    /// The idle nodes by node group now ([`idle_nodes`](super::idle_nodes)).
+    pub fn idle_nodes(&self, now_unix: i64) -> BTreeMap<String, Vec<IdleNode>> {
+        let table = lock(&self.node_table);
+        self.pods
+            .with_pods(|pods| super::idle_nodes(&table, pods, now_unix))
     }
 
     /// The CSINodes, as watched.

@@ -54,12 +54,30 @@ impl GangSource for ClusterView {
         if let Some(stale) = self.stale() {
             return Err(Unavailable::Stale(stale));
         }
-        Ok(self.gang_view(now_unix))
+        let mut view = self.gang_view(now_unix);
+        view.idle = self.idle_nodes(now_unix);
+        Ok(view)
     }
 
     fn daemon_sets(&self) -> Option<Vec<DaemonSetDemand>> {
         self.daemon_set_demands()
     }
+}
+
+/// The idle Ready nodes of `group` in `view` that its pods can use: those whose hard taints
+/// its template has too (a node tainted by something else, say a failing GPU, repels them).
+fn idle_of(view: &GangView, group: &NodeGroupSpec) -> u32 {
+    let usable = view.idle.get(group.id.as_str()).map_or(0, |nodes| {
+        nodes
+            .iter()
+            .filter(|n| {
+                n.hard_taints
+                    .iter()
+                    .all(|k| group.taints.iter().any(|t| &t.key == k))
+            })
+            .count()
+    });
+    u32::try_from(usable).unwrap_or(u32::MAX)
 }
 
 /// Each group with its shape and target size, as the planner's slots.
@@ -304,6 +322,7 @@ impl Admission {
             in_flight: &in_flight,
             elsewhere: &elsewhere,
             ungrouped_nodes,
+            idle_nodes: idle_of(view, group),
             deferred_composites: &deferred_composites,
         });
         if self.policy != Policy::Off {
@@ -331,6 +350,10 @@ impl Admission {
             gangs: &view.gangs,
             in_flight: &ledger,
             policy: self.policy,
+            idle: &groups
+                .iter()
+                .map(|(g, _)| (g.id.clone(), idle_of(view, g)))
+                .collect(),
         })
     }
 
@@ -680,6 +703,57 @@ status: {{phase: Pending}}
             .0;
         assert_eq!(d.applied_delta, 2, "{d:?}");
         assert_eq!(d.admitted[0].repair_of, None, "{d:?}");
+    }
+
+    #[test]
+    fn idle_nodes_the_group_template_tolerates_are_credited_and_others_are_not() {
+        let (admission, mut group) = admission();
+        let now = 1_800_000_000;
+        let view = |taints: &[&str]| {
+            let mut v = admission.view(now).unwrap();
+            let idle = taints
+                .iter()
+                .enumerate()
+                .map(|(i, t)| cluster::IdleNode {
+                    name: format!("n{i}"),
+                    hard_taints: if t.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![(*t).to_owned()]
+                    },
+                })
+                .collect();
+            v.idle = BTreeMap::from([("h100".to_owned(), idle)]);
+            v
+        };
+        let decide = |v: &GangView, group: &NodeGroupSpec| {
+            admission
+                .decide_in(v, group, "nvidia.com/gpu.product", 0, 1, &[], now)
+                .0
+        };
+        // One idle node without taints: the gang of 2 takes it and 1 fresh node.
+        let d = decide(&view(&[""]), &group);
+        assert_eq!((d.admitted[0].nodes, d.admitted[0].idle), (1, 1), "{d:?}");
+        assert_eq!(d.applied_delta, 1, "{d:?}");
+        // A node tainted by something the template does not have repels the pods.
+        let d = decide(&view(&["", "gpu-broken"]), &group);
+        assert_eq!((d.admitted[0].nodes, d.admitted[0].idle), (1, 1), "{d:?}");
+        // A taint the template has too (the members tolerate it): both nodes count, nothing
+        // fresh is needed.
+        group.taints.push(crate::model::Taint {
+            key: "nvidia.com/gpu".into(),
+            value: String::new(),
+            effect: crate::model::TaintEffect::NoSchedule,
+        });
+        let d = decide(&view(&["", "nvidia.com/gpu"]), &group);
+        assert_eq!((d.admitted[0].nodes, d.admitted[0].idle), (0, 2), "{d:?}");
+        // Deferral spends them the same way: a gang the idle nodes hold is not deferred at
+        // target == maxSize.
+        group.max_size = 0;
+        let held = admission.deferrals(&view(&["", ""]), &[(&group, 0)], "nvidia.com/gpu.product");
+        assert!(held.is_empty(), "{held:?}");
+        let held = admission.deferrals(&view(&[""]), &[(&group, 0)], "nvidia.com/gpu.product");
+        assert_eq!(held.len(), 1, "{held:?}");
     }
 
     #[test]

@@ -14,11 +14,16 @@
 //! driver would under-count it, and the scheduler will not place it until they resolve).
 //!
 //! 1. **Admission.** Candidates are taken by priority (higher first), then age (older first),
-//!    then id. Each is admitted whole if its full need fits the headroom still left; otherwise
-//!    with its `minCount` need if that fits (the record says `minCount`); otherwise it is
-//!    deferred and the next one is considered (backfill: headroom does not come back by
-//!    waiting, so one oversized gang does not block smaller ones). A candidate whose
-//!    `minCount` need is already covered and whose full need does not fit is covered.
+//!    then id. The group's idle Ready nodes (`idle_nodes`: no GPU pod on them, nothing of ours
+//!    holding them) are credited first: a candidate's *fresh* need is its need less the idle
+//!    nodes not yet credited to a candidate before it. Each is admitted whole if its fresh full
+//!    need fits the headroom still left; otherwise with its fresh `minCount` need if that fits
+//!    (the record says `minCount`); otherwise it is deferred, credited nothing, and the next
+//!    one is considered (backfill: headroom does not come back by waiting, so one oversized
+//!    gang does not block smaller ones). A candidate whose `minCount` need is already covered
+//!    and whose full need does not fit is covered. CA's own simulation packs pending pods onto
+//!    idle nodes and asks only for the rest, so without the credit a whole-gang round-up would
+//!    add the idle nodes' share again.
 //! 2. **Applied delta** (`gang_need` = the admitted gangs' nodes, `ungrouped` = nodes the
 //!    pending pods outside any gang would need on this group, computed by the caller with
 //!    [`nodes_for_pods`](super::nodes_for_pods)):
@@ -29,7 +34,7 @@
 //!    | no candidate needs nodes, every one covered¹, `ungrouped == 0` | reject | CA's delta | CA's delta |
 //!    | no candidate needs nodes, every one covered¹, `ungrouped > 0` | `min(ca_delta, ungrouped)` | CA's delta | CA's delta |
 //!    | no candidate needs nodes (otherwise) | CA's delta | CA's delta | CA's delta |
-//!    | gangs admitted | `max(gang_need, min(ca_delta, gang_need + ungrouped))` | `max(ca_delta, gang_need)` | CA's delta |
+//!    | gangs admitted | `max(gang_need, min(ca_delta, gang_need + idle + ungrouped))` | `max(ca_delta, gang_need)` | CA's delta |
 //!    | none admitted, `ungrouped > 0` | `min(ca_delta, ungrouped)` | CA's delta | CA's delta |
 //!    | none admitted, `ungrouped == 0` | reject | CA's delta | CA's delta |
 //!
@@ -42,9 +47,12 @@
 //!    backend, and CA's delta applies; so it does when some of a gang's nodes on another group
 //!    failed (`short`: their repair waits for CA to ask that group again).
 //!
+//!    `gang_need` is the admitted gangs' fresh nodes and `idle` the idle nodes credited to them.
 //!    Every result is then capped at the headroom (`capped` in the record). `Strict` rounds
-//!    CA's delta up to whole admitted gangs and trims it to what admitted gangs and ungrouped
-//!    pods can use, since any further node could only host part of a deferred gang. Gang
+//!    CA's delta up to whole admitted gangs (their fresh nodes: only what CA cannot see) and
+//!    trims it to what admitted gangs and ungrouped pods can use, idle nodes included (CA
+//!    asking for their share says it found them unusable: a taint or a pod gangscaler does not
+//!    model), since any further node could only host part of a deferred gang. Gang
 //!    needs are summed per gang (no sharing of nodes between gangs is assumed), which may
 //!    over-count but never under-counts.
 //!
@@ -88,6 +96,10 @@ pub struct AdmissionInput<'a> {
     pub elsewhere: &'a BTreeMap<GangRef, Elsewhere>,
     /// Nodes of this group the pending pods outside any gang would need.
     pub ungrouped_nodes: u32,
+    /// Ready nodes of this group that nothing uses or holds (no GPU pod, no scale-up of ours
+    /// protecting or reserving them; `cluster::idle_nodes`): credited to the candidates in
+    /// admission order before fresh nodes.
+    pub idle_nodes: u32,
     /// Composites deferred by [`place_composites`](super::place_composites) in this decision:
     /// listed first among the deferred gangs, so that under `Strict` their children's pods
     /// never get CA's delta through the "no gang needs nodes" row.
@@ -238,6 +250,7 @@ fn sort_out<'a>(input: &AdmissionInput<'a>) -> Sorted<'a> {
 /// deferred (backfill); deferred composites and held gangs are listed first.
 fn take(input: &AdmissionInput<'_>, sorted: Sorted<'_>, headroom: u32) -> Taken {
     let mut left = headroom;
+    let mut idle = input.idle_nodes;
     let mut taken = Taken {
         admitted: Vec::new(),
         deferred: input.deferred_composites.to_vec(),
@@ -247,13 +260,15 @@ fn take(input: &AdmissionInput<'_>, sorted: Sorted<'_>, headroom: u32) -> Taken 
     for c in &sorted.candidates {
         let need_all = c.nodes_all - c.in_flight;
         let need_min = c.nodes_min.saturating_sub(c.in_flight);
-        let (extent, nodes) = if need_all <= left {
-            (Extent::Whole, need_all)
+        // Idle nodes first, then fresh ones.
+        let (fresh_all, fresh_min) = (need_all.saturating_sub(idle), need_min.saturating_sub(idle));
+        let (extent, nodes, credit) = if fresh_all <= left {
+            (Extent::Whole, fresh_all, need_all - fresh_all)
         } else if need_min == 0 {
             taken.covered.push(c.covered());
             continue;
-        } else if need_min <= left {
-            (Extent::MinCount, need_min)
+        } else if fresh_min <= left {
+            (Extent::MinCount, fresh_min, need_min - fresh_min)
         } else {
             taken.deferred.push(DeferredGang {
                 gang: c.gang.id.clone(),
@@ -268,11 +283,13 @@ fn take(input: &AdmissionInput<'_>, sorted: Sorted<'_>, headroom: u32) -> Taken 
             continue;
         };
         left -= nodes;
+        idle -= credit;
         taken.admitted.push(AdmittedGang {
             gang: c.gang.id.clone(),
             priority: c.gang.priority,
             extent,
             nodes,
+            idle: credit,
             nodes_all: c.nodes_all,
             nodes_min: c.nodes_min,
             in_flight: c.in_flight,
@@ -308,8 +325,12 @@ fn rule(
     } else if !needing {
         (Rule::NoGangs, Some(ca))
     } else if !taken.admitted.is_empty() {
+        // CA's delta is trimmed to what the admitted gangs could use were their idle nodes
+        // unusable (CA may have found them so), and rounded up only to their fresh nodes.
+        let idle: u32 = taken.admitted.iter().map(|a| a.idle).sum();
+        let usable = gang_nodes.saturating_add(idle).saturating_add(ungrouped);
         let wanted = match input.policy {
-            Policy::Strict => gang_nodes.max(ca.min(gang_nodes.saturating_add(ungrouped))),
+            Policy::Strict => gang_nodes.max(ca.min(usable)),
             Policy::RoundUp | Policy::Off => ca.max(gang_nodes),
         };
         (Rule::GangsAdmitted, Some(wanted))

@@ -292,6 +292,7 @@ fn place_one(
                     priority: child.priority,
                     extent: Extent::Whole,
                     nodes: all,
+                    idle: 0,
                     nodes_all: all,
                     nodes_min: min,
                     in_flight: 0,

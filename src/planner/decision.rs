@@ -113,8 +113,12 @@ pub struct AdmittedGang {
     pub priority: i32,
     /// Whole, or just enough for `minCount`.
     pub extent: Extent,
-    /// Nodes added for it.
+    /// Fresh nodes added for it.
     pub nodes: u32,
+    /// Idle Ready nodes of the group credited to it before fresh ones (0 for composite
+    /// shares).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub idle: u32,
     /// Fresh nodes for every unbound member, before in-flight nodes.
     pub nodes_all: u32,
     /// Fresh nodes for `minCount`, before in-flight nodes.
@@ -337,11 +341,22 @@ pub(super) fn explain(d: &Decision, no_template: bool) -> String {
                 "admitted {} gang(s) needing {} nodes ({}); CA asked {ca}, applying {applied} ({how})",
                 d.admitted.len(),
                 d.gang_nodes,
-                names(&d.admitted, |a| match (&a.repair_of, a.extent) {
-                    (Some(of), _) =>
-                        format!("{} {} replacing failed instances of {of}", a.gang, a.nodes),
-                    (None, Extent::Whole) => format!("{} {}", a.gang, a.nodes),
-                    (None, Extent::MinCount) => format!("{} {} for minCount", a.gang, a.nodes),
+                names(&d.admitted, |a| {
+                    let idle = if a.idle > 0 {
+                        format!(" + {} idle", a.idle)
+                    } else {
+                        String::new()
+                    };
+                    match (&a.repair_of, a.extent) {
+                        (Some(of), _) => format!(
+                            "{} {}{idle} replacing failed instances of {of}",
+                            a.gang, a.nodes
+                        ),
+                        (None, Extent::Whole) => format!("{} {}{idle}", a.gang, a.nodes),
+                        (None, Extent::MinCount) => {
+                            format!("{} {}{idle} for minCount", a.gang, a.nodes)
+                        }
+                    }
                 })
             )
         }
@@ -387,4 +402,13 @@ pub(super) fn explain(d: &Decision, no_template: bool) -> String {
         );
     }
     s
+}
+
+/// Whether a count is 0 (left out of the serialized decision).
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

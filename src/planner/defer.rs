@@ -21,7 +21,9 @@
 //!    everything gangscaler checks (CSI attach limits, RDMA, topology, claims that do not
 //!    resolve), and a call for it would be refused.
 //! 4. Otherwise the gang takes its whole need from the hosting group with the most headroom
-//!    left (ties by id), else its `minCount` need; if no group has room for either, it waits:
+//!    left (ties by id), else its `minCount` need, spending the group's idle Ready nodes
+//!    (`idle`, as admission credits them) before its headroom; if no group has room for
+//!    either, it waits:
 //!    **behind** the gangs taken before it when some hosting group had room for it before
 //!    them, else **no room**.
 //!
@@ -51,6 +53,9 @@ pub struct DeferralInput<'a> {
     pub in_flight: &'a BTreeMap<GangRef, (NodeGroupId, u32)>,
     /// The admission policy.
     pub policy: Policy,
+    /// Idle Ready nodes per group ([`AdmissionInput::idle_nodes`](super::AdmissionInput)):
+    /// spent on the gangs taken, in order, before headroom.
+    pub idle: &'a BTreeMap<NodeGroupId, u32>,
 }
 
 /// Why a gang is kept out of CA's scale-up.
@@ -130,6 +135,10 @@ pub struct Deferral {
 struct Room<'a> {
     slot: &'a GroupSlot<'a>,
     left: u32,
+    /// Idle nodes not yet spent.
+    idle: u32,
+    /// Idle nodes before any gang took from it.
+    idle_at_start: u32,
     /// The last gang that took from it.
     last: Option<GangRef>,
 }
@@ -146,6 +155,8 @@ pub fn deferrals(input: &DeferralInput<'_>) -> Vec<Deferral> {
         .map(|slot| Room {
             slot,
             left: slot.headroom(),
+            idle: input.idle.get(slot.id).copied().unwrap_or(0),
+            idle_at_start: input.idle.get(slot.id).copied().unwrap_or(0),
             last: None,
         })
         .collect();
@@ -175,6 +186,11 @@ pub fn deferrals(input: &DeferralInput<'_>) -> Vec<Deferral> {
 struct Need {
     all: u32,
     min: u32,
+}
+
+/// The fresh nodes `need` takes of `room` once its idle nodes are spent.
+fn fresh(need: u32, room: &Room<'_>) -> u32 {
+    need.saturating_sub(room.idle)
 }
 
 /// Takes `gang`'s need from `rooms`, or says why it is held.
@@ -208,7 +224,9 @@ fn hold(
                     all: all.saturating_sub(*n),
                     min: min.saturating_sub(*n),
                 };
-                if need.all == 0 || (need.min == 0 && need.all > room.left) {
+                if need.all == 0
+                    || (need.min == 0 && need.all.saturating_sub(room.idle) > room.left)
+                {
                     return Some(Hold::Covered {
                         group: room.slot.id.clone(),
                         in_flight: *n,
@@ -227,7 +245,7 @@ fn hold(
     let pick = |need: fn(&Need) -> u32, rooms: &[Room<'_>]| {
         hosting
             .iter()
-            .filter(|(i, n)| need(n) <= rooms[*i].left)
+            .filter(|(i, n)| fresh(need(n), &rooms[*i]) <= rooms[*i].left)
             .max_by(|(i, _), (j, _)| {
                 rooms[*i]
                     .left
@@ -238,14 +256,16 @@ fn hold(
     };
     let taken = pick(|n| n.all, rooms).or_else(|| pick(|n| n.min, rooms));
     if let Some((i, nodes)) = taken {
-        rooms[i].left -= nodes;
+        let credit = nodes.min(rooms[i].idle);
+        rooms[i].idle -= credit;
+        rooms[i].left -= nodes - credit;
         rooms[i].last = Some(gang.id.clone());
         return None;
     }
     let need = hosting.iter().map(|(_, n)| n.min).min().unwrap_or(0);
     let had_room = hosting
         .iter()
-        .filter(|(i, n)| n.min <= rooms[*i].slot.headroom())
+        .filter(|(i, n)| n.min.saturating_sub(rooms[*i].idle_at_start) <= rooms[*i].slot.headroom())
         .find_map(|(i, _)| rooms[*i].last.clone());
     Some(match had_room {
         Some(ahead) => Hold::Behind { need, ahead },

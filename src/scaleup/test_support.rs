@@ -33,6 +33,7 @@ pub(crate) fn decision(id: Option<&str>, verdict: Verdict, gangs: &[&str]) -> De
                 priority: 0,
                 extent: Extent::Whole,
                 nodes: 1,
+                idle: 0,
                 in_flight: 0,
                 repair_of: None,
             })

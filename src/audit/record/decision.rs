@@ -42,6 +42,9 @@ pub struct GangSummary {
     pub extent: Extent,
     /// Nodes added for it.
     pub nodes: u32,
+    /// Idle Ready nodes of the group credited to it before fresh ones; absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub idle: u32,
     /// Nodes already requested for it and not yet used, before this decision.
     pub in_flight: u32,
     /// The scale-up whose failed instances these nodes replace (a repair): they are claimed
@@ -246,6 +249,7 @@ impl From<&planner::Decision> for DecisionEvent {
                         planner::Extent::MinCount => Extent::MinCount,
                     },
                     nodes: a.nodes,
+                    idle: a.idle,
                     in_flight: a.in_flight,
                     repair_of: a.repair_of.clone(),
                 })
@@ -289,4 +293,13 @@ impl From<&planner::Decision> for DecisionEvent {
                 .collect(),
         }
     }
+}
+
+/// Whether a count is 0 (left out of the record).
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

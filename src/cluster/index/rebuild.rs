@@ -100,6 +100,7 @@ impl GangIndex {
             ungrouped_pending: extras.ungrouped,
             problems: extras.problems,
             composites: Vec::new(),
+            idle: std::collections::BTreeMap::new(),
         };
         composites::attach(&mut view, &self.objects, now_unix);
         view

@@ -82,6 +82,12 @@ impl PodStore {
         self.read().iter().map(|e| Arc::clone(&e.0)).collect()
     }
 
+    /// Runs `f` over every pod, read-locked (keep it short: the pod writer waits meanwhile).
+    pub fn with_pods<T>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &CompactPod>) -> T) -> T {
+        let pods = self.read();
+        f(&mut pods.iter().map(|e| e.0.as_ref()))
+    }
+
     /// An [`ObjectSet`] holding the current pods and nothing else. The pods are shared: this
     /// copies one pointer per pod.
     pub fn to_object_set(&self) -> ObjectSet {

@@ -29,6 +29,7 @@ struct Case {
     in_flight: BTreeMap<GangRef, u32>,
     elsewhere: BTreeMap<GangRef, Elsewhere>,
     ungrouped: u32,
+    idle: u32,
 }
 
 /// An 8-GPU group with max `max` at target `target`, CA asking for `ca`, policy Strict.
@@ -45,6 +46,7 @@ fn case(max: u32, target: u32, ca: u32, gangs: Vec<Gang>) -> Case {
         in_flight: BTreeMap::new(),
         elsewhere: BTreeMap::new(),
         ungrouped: 0,
+        idle: 0,
     }
 }
 
@@ -55,6 +57,10 @@ impl Case {
     }
     fn ungrouped(mut self, n: u32) -> Self {
         self.ungrouped = n;
+        self
+    }
+    fn idle(mut self, n: u32) -> Self {
+        self.idle = n;
         self
     }
     fn decide(&self) -> Decision {
@@ -69,6 +75,7 @@ impl Case {
             in_flight: &self.in_flight,
             elsewhere: &self.elsewhere,
             ungrouped_nodes: self.ungrouped,
+            idle_nodes: self.idle,
             deferred_composites: &[],
         })
     }
@@ -384,6 +391,7 @@ fn a_group_without_a_template_hosts_no_gang() {
         in_flight: &BTreeMap::new(),
         elsewhere: &BTreeMap::new(),
         ungrouped_nodes: 0,
+        idle_nodes: 0,
         deferred_composites: &[],
     });
     assert_eq!(
@@ -465,4 +473,59 @@ fn a_gang_with_an_unresolved_claim_is_held_and_never_sized_from_a_partial_count(
         (Rule::NoGangs, 1, 1)
     );
     assert!(d.deferred.is_empty());
+}
+
+#[test]
+fn strict_credits_idle_nodes_before_fresh_ones_and_rounds_up_only_what_ca_cannot_see() {
+    // A gang of 4 whole nodes and 2 idle Ready nodes in the group: CA packed 2 members onto
+    // them and asks for 2. Strict adds the 2 fresh nodes, not the whole gang again.
+    let c = case(8, 2, 2, vec![whole_node_gang("train", 4, 4)]).idle(2);
+    let d = c.decide();
+    assert_eq!(admitted(&d), vec![("train", 2, Extent::Whole)]);
+    assert_eq!(d.admitted[0].idle, 2);
+    assert_eq!((d.rule, d.applied_delta), (Rule::GangsAdmitted, 2));
+    assert!(d.reason.contains("train 2 + 2 idle"), "{}", d.reason);
+    // Without the idle nodes the round-up adds the whole gang.
+    let mut none = c.clone();
+    none.idle = 0;
+    assert_eq!(none.decide().applied_delta, 4);
+    // CA asking for all 4 says it found the idle nodes unusable (a taint, a pod gangscaler
+    // does not model): its delta stands, never trimmed below it.
+    let mut asked_all = c.clone();
+    asked_all.ca = 4;
+    assert_eq!(asked_all.decide().applied_delta, 4);
+    // Idle nodes beyond the gang's need credit nothing more.
+    let d = c.clone().idle(7).decide();
+    assert_eq!((d.admitted[0].nodes, d.admitted[0].idle), (0, 4));
+    assert_eq!(
+        d.applied_delta, 2,
+        "CA's ask, within what the gang could use"
+    );
+}
+
+#[test]
+fn idle_nodes_let_a_gang_fit_and_go_to_candidates_in_admission_order() {
+    // Headroom 2: a gang of 4 fits only with 2 idle nodes.
+    let d = case(8, 6, 1, vec![whole_node_gang("train", 4, 4)])
+        .idle(2)
+        .decide();
+    assert_eq!(admitted(&d), vec![("train", 2, Extent::Whole)]);
+    assert_eq!(d.applied_delta, 2);
+    let d = case(8, 6, 1, vec![whole_node_gang("train", 4, 4)]).decide();
+    assert_eq!((d.rule, d.verdict), (Rule::NoGangFits, Verdict::Reject));
+    // The higher-priority gang is credited first; a gang deferred is credited nothing, and
+    // the idle nodes go to the next one.
+    let mut first = whole_node_gang("first", 3, 3);
+    first.priority = 10;
+    let mut huge = whole_node_gang("huge", 12, 12);
+    huge.priority = 5;
+    let second = whole_node_gang("second", 2, 2);
+    let d = case(8, 4, 1, vec![second, huge, first]).idle(4).decide();
+    assert_eq!(
+        admitted(&d),
+        vec![("first", 0, Extent::Whole), ("second", 1, Extent::Whole)]
+    );
+    let credits: Vec<u32> = d.admitted.iter().map(|a| a.idle).collect();
+    assert_eq!(credits, vec![3, 1]);
+    assert_eq!(deferred(&d), vec!["huge"]);
 }

@@ -128,6 +128,7 @@ impl World {
             in_flight: &here_in_flight,
             elsewhere: &BTreeMap::new(),
             ungrouped_nodes: 0,
+            idle_nodes: 0,
             deferred_composites: &deferred,
         });
         combine(base, &plan, &self.slots(), ca)

@@ -19,6 +19,7 @@ fn whole(name: &str, n: usize, min: u32, created: i64) -> Gang {
 struct Fleet {
     groups: Vec<(NodeGroupSpec, NodeShape, u32)>,
     in_flight: BTreeMap<GangRef, (NodeGroupId, u32)>,
+    idle: BTreeMap<NodeGroupId, u32>,
     policy: Policy,
 }
 
@@ -34,6 +35,7 @@ fn fleet(groups: &[(&str, u32, u32)]) -> Fleet {
             })
             .collect(),
         in_flight: BTreeMap::new(),
+        idle: BTreeMap::new(),
         policy: Policy::Strict,
     }
 }
@@ -46,6 +48,10 @@ impl Fleet {
     }
     fn policy(mut self, p: Policy) -> Self {
         self.policy = p;
+        self
+    }
+    fn idle(mut self, group: &str, nodes: u32) -> Self {
+        self.idle.insert(NodeGroupId::new(group), nodes);
         self
     }
     fn defer(&self, gangs: Vec<Gang>) -> Vec<Deferral> {
@@ -65,6 +71,7 @@ impl Fleet {
             gangs: &gangs,
             in_flight: &self.in_flight,
             policy: self.policy,
+            idle: &self.idle,
         })
     }
 }
@@ -159,5 +166,22 @@ fn only_strict_defers_and_formed_gangs_and_composite_children_are_left_alone() {
     let mut child = whole("child", 3, 3, 2);
     child.composite = Some("parent".to_owned());
     let d = fleet(&[("a", 3, 0)]).defer(vec![whole("first", 3, 3, 1), formed, child]);
+    assert!(d.is_empty(), "{d:?}");
+}
+
+#[test]
+fn idle_nodes_are_spent_before_headroom_in_admission_order() {
+    // Headroom 2 and 2 idle nodes: the older gang of 3 takes both idle nodes and 1 fresh; the
+    // younger gang of 2 has 1 node of room left and waits behind it.
+    let f = fleet(&[("a", 4, 2)]).idle("a", 2);
+    let d = f.defer(vec![whole("old", 3, 3, 1), whole("new", 2, 2, 2)]);
+    assert_eq!(holds(&d), [("new", "behind")]);
+    // Without the idle nodes the older gang has no room at all, and the younger takes it.
+    let d = fleet(&[("a", 4, 2)]).defer(vec![whole("old", 3, 3, 1), whole("new", 2, 2, 2)]);
+    assert_eq!(holds(&d), [("old", "no_room")]);
+    // A gang the idle nodes alone hold is not deferred, even with no headroom.
+    let d = fleet(&[("a", 4, 4)])
+        .idle("a", 3)
+        .defer(vec![whole("old", 3, 3, 1)]);
     assert!(d.is_empty(), "{d:?}");
 }

@@ -374,6 +374,7 @@ proptest! {
             in_flight: &in_flight,
             elsewhere: &BTreeMap::new(),
             ungrouped_nodes: ungrouped,
+            idle_nodes: 0,
             deferred_composites: &[],
         };
         let d = admit(&input);
