@@ -38,8 +38,9 @@ pub const CLUSTER_API_UNINITIALIZED: &str = "node.cluster.x-k8s.io/uninitialized
 /// The reservation taint's effect.
 pub const RESERVATION_EFFECT: TaintEffect = TaintEffect::NoSchedule;
 
-/// The default booking deadline: how long after a reserved node became Ready it stays held
-/// for a gang that has not formed (CA's own ProvisioningRequest booking lasts as long).
+/// The booking deadline before a group's provisioning time is measured: how long after a
+/// reserved node became Ready it stays held for a gang that has not formed (CA's own
+/// ProvisioningRequest booking lasts as long).
 pub const DEFAULT_BOOKING_DEADLINE: Duration = Duration::from_secs(10 * 60);
 
 /// A node group's reservation settings (`reservation` in its file, else the provider's
@@ -53,14 +54,19 @@ pub struct ReservationSpec {
     /// formed.
     #[serde(with = "super::humantime_serde_compat")]
     pub booking_deadline: Duration,
+    /// No file sets `bookingDeadline`: the deadline is measured, the group's provisioning
+    /// time (P95 of its recent nodes) plus a margin, and `booking_deadline` applies only until
+    /// enough nodes were measured.
+    pub booking_deadline_measured: bool,
 }
 
 impl Default for ReservationSpec {
-    /// Off, with the default booking deadline.
+    /// Off, with the booking deadline measured (the default one until measured).
     fn default() -> Self {
         Self {
             enabled: false,
             booking_deadline: DEFAULT_BOOKING_DEADLINE,
+            booking_deadline_measured: true,
         }
     }
 }

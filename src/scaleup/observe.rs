@@ -122,6 +122,31 @@ pub fn attributed_nodes(open: &[Open], facts: &Facts) -> BTreeMap<String, Vec<St
         .collect()
 }
 
+/// The registered nodes of open scale-ups, as node marking reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attribution {
+    /// Each scale-up's ([`attributed_nodes`]), by scale-up id.
+    pub by_scale_up: BTreeMap<String, Vec<String>>,
+    /// Each gang lifecycle's own, by key, where its group attributes by claim and the
+    /// lifecycle knows its gang's node count: the nodes claimed for that gang, oldest first.
+    /// Reservation holds these for the gang by name.
+    pub by_gang: BTreeMap<Key, Vec<String>>,
+}
+
+/// The [`Attribution`] of `open` from `facts`.
+pub fn attribution(open: &[Open], facts: &Facts) -> Attribution {
+    Attribution {
+        by_scale_up: attributed_nodes(open, facts),
+        by_gang: open
+            .iter()
+            .filter_map(|o| {
+                let own = gang_share(o, facts)?;
+                Some((o.key(), own.nodes.into_iter().map(str::to_owned).collect()))
+            })
+            .collect(),
+    }
+}
+
 /// Shares each group's nodes, pending and failed instances among its open scale-ups.
 fn attribute<'a>(open: &[Open], facts: &'a Facts) -> BTreeMap<String, Share<'a>> {
     // One entry per scale-up: (group, requested at, id, nodes).

@@ -8,20 +8,29 @@
 //! 1. nodes whose reservation taint already names the gang: the state lives on the Node, so a
 //!    restarted or newly elected replica keeps what is held and two scale-ups of one group
 //!    that swap nodes in attribution do not move a reservation;
-//! 2. then the nodes attributed to its scale-up ([`attributed_nodes`](super::observe::attributed_nodes)),
-//!    by name, that no other gang holds;
-//! 3. then, still short, the nodes attributed to its group's other reserving scale-ups that
-//!    no gang holds (attribution may swap nodes between two scale-ups of one group while
-//!    their holds stay put). Nodes of scale-ups that reserve nothing (pods outside any gang)
-//!    are never taken.
+//! 2. then, by name, the nodes requested for it that no other gang holds: where its group's
+//!    backend keeps claims (every shipped one), the nodes claimed for this gang of this
+//!    scale-up ([`Attribution::by_gang`]); otherwise the nodes attributed to its scale-up
+//!    ([`Attribution::by_scale_up`]);
+//! 3. then, still short, and only where nodes are not held by claim: the nodes attributed to
+//!    its group's other reserving scale-ups that no gang holds (first-come attribution may
+//!    swap nodes between two scale-ups of one group while their holds stay put). Nodes of
+//!    scale-ups that reserve nothing (pods outside any gang) are never taken. A gang held by
+//!    claim never takes a node requested for another gang, whatever their ages: the nodes go
+//!    to the gang they were added for.
+//!
+//! The booking deadline of a group whose files set none is measured ([`Provisioning`]): the
+//! P95 of its recent nodes' provisioning times plus a margin.
 //!
 //! A node whose `Ready` condition turned True `bookingDeadline` or longer ago is *booked out*:
 //! it is held no longer, and (see [`Wanted::booked_out`]) it loses its scale-down protection
 //! too, so CA may remove it if the gang never used it. Every other node carrying the taint is
 //! released, with a [`ReleaseReason`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
 
+use super::observe::Attribution;
 use super::track::Open;
 pub use crate::audit::ReleaseReason;
 use crate::audit::{GangId, Phase};
@@ -91,7 +100,7 @@ type ByRequest<'a> = BTreeMap<(i64, &'a str, &'a GangId), Reserving<'a>>;
 
 /// What every step of [`wanted`] reads.
 struct Pass<'a> {
-    attributed: &'a BTreeMap<String, Vec<String>>,
+    attributed: &'a Attribution,
     nodes: &'a NodeTable,
     now_unix: i64,
     reserving: ByRequest<'a>,
@@ -102,10 +111,11 @@ struct Pass<'a> {
 
 /// The holds of every reserving lifecycle in `open` (see the module docs). `settings` are the
 /// node groups' reservation settings by id (a group missing there reserves nothing);
-/// `attributed` the nodes each scale-up got; `now_unix` the wall clock in seconds.
+/// `attributed` the nodes each scale-up and, by claim, each gang lifecycle got; `now_unix` the
+/// wall clock in seconds.
 pub fn wanted(
     open: &[Open],
-    attributed: &BTreeMap<String, Vec<String>>,
+    attributed: &Attribution,
     settings: &BTreeMap<String, ReservationSpec>,
     nodes: &NodeTable,
     now_unix: i64,
@@ -128,7 +138,7 @@ impl<'a> Pass<'a> {
     /// attributed.
     fn new(
         open: &'a [Open],
-        attributed: &'a BTreeMap<String, Vec<String>>,
+        attributed: &'a Attribution,
         settings: &BTreeMap<String, ReservationSpec>,
         nodes: &'a NodeTable,
         now_unix: i64,
@@ -154,7 +164,7 @@ impl<'a> Pass<'a> {
                 w.formed.insert(value);
                 continue;
             }
-            w.complete &= attributed.contains_key(&o.scale_up_id);
+            w.complete &= attributed.by_scale_up.contains_key(&o.scale_up_id);
             let deadline = i64::try_from(spec.booking_deadline.as_secs()).unwrap_or(i64::MAX);
             pass.reserving.insert(
                 (o.requested_at_ms, o.scale_up_id.as_str(), gang),
@@ -176,9 +186,20 @@ impl<'a> Pass<'a> {
             .is_some_and(|t| t.saturating_add(deadline) <= self.now_unix)
     }
 
-    /// The nodes attributed to the scale-up of `o`.
+    /// The nodes requested for `o`: claimed for its gang where its group keeps claims, else
+    /// attributed to its scale-up.
     fn attributed_to(&self, o: &Open) -> impl Iterator<Item = &'a String> + use<'a> {
-        self.attributed.get(&o.scale_up_id).into_iter().flatten()
+        self.attributed
+            .by_gang
+            .get(&o.key())
+            .or_else(|| self.attributed.by_scale_up.get(&o.scale_up_id))
+            .into_iter()
+            .flatten()
+    }
+
+    /// Whether `o`'s nodes are known by claim (step 3 does not apply to it).
+    fn by_claim(&self, o: &Open) -> bool {
+        self.attributed.by_gang.contains_key(&o.key())
     }
 
     /// The nodes of a reserving lifecycle's scale-up past its booking deadline.
@@ -257,10 +278,10 @@ impl<'a> Pass<'a> {
 
     /// Step 3: a gang still short takes the nodes of its group's other reserving scale-ups
     /// that no gang holds (attribution swapped nodes between two scale-ups whose holds
-    /// stayed put).
+    /// stayed put). Not for gangs held by claim, nor with their nodes.
     fn take_spare(&self, w: &mut Wanted, have: &mut BTreeMap<String, u32>) {
         let mut spare: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
-        for r in self.reserving.values() {
+        for r in self.reserving.values().filter(|r| !self.by_claim(r.open)) {
             for name in self.attributed_to(r.open) {
                 if !w.holds.contains_key(name)
                     && !w.booked_out.contains(name)
@@ -277,7 +298,7 @@ impl<'a> Pass<'a> {
             list.sort();
             list.dedup();
         }
-        for r in self.reserving.values() {
+        for r in self.reserving.values().filter(|r| !self.by_claim(r.open)) {
             let need = self.needs(r.open);
             let had = have.entry(r.value.clone()).or_default();
             let Some(list) = spare.get_mut(r.open.node_group.as_str()) else {
@@ -289,6 +310,66 @@ impl<'a> Pass<'a> {
                 *had += 1;
             }
         }
+    }
+}
+
+/// Fewest provisioning times measured on a group before its booking deadline is measured.
+pub const MIN_PROVISION_SAMPLES: usize = 5;
+/// Provisioning times kept per group: the most recent nodes.
+pub const PROVISION_SAMPLES: usize = 50;
+/// What a measured booking deadline adds to the group's provisioning P95: the gang's
+/// scheduling once its last node is Ready, its volumes' attachment, and slack.
+pub const BOOKING_MARGIN: Duration = Duration::from_secs(2 * 60);
+/// The longest booking deadline (as `bookingDeadline` allows).
+const MAX_BOOKING: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The provisioning times of a node group's recent nodes: from the request of the scale-up a
+/// node was attributed to until the node turned Ready, each node measured once.
+#[derive(Debug, Clone, Default)]
+pub struct Provisioning {
+    /// Seconds, oldest first, at most [`PROVISION_SAMPLES`].
+    recent: VecDeque<u64>,
+    /// The nodes measured, so that none counts twice; forgotten once gone
+    /// ([`Provisioning::retain_nodes`]).
+    measured: BTreeSet<String>,
+}
+
+impl Provisioning {
+    /// Measures `node`, Ready `seconds` after its request, unless it was measured already.
+    pub fn observe(&mut self, node: &str, seconds: u64) {
+        if !self.measured.insert(node.to_owned()) {
+            return;
+        }
+        if self.recent.len() == PROVISION_SAMPLES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(seconds);
+    }
+
+    /// Forgets the measured nodes `exists` says are gone (their times stay counted).
+    pub fn retain_nodes(&mut self, exists: impl Fn(&str) -> bool) {
+        self.measured.retain(|n| exists(n));
+    }
+
+    /// The P95 (nearest rank) of the recent times, once [`MIN_PROVISION_SAMPLES`] are in.
+    pub fn p95(&self) -> Option<Duration> {
+        if self.recent.len() < MIN_PROVISION_SAMPLES {
+            return None;
+        }
+        let mut sorted: Vec<u64> = self.recent.iter().copied().collect();
+        sorted.sort_unstable();
+        // Nearest rank: the ceil(0.95 n)-th smallest.
+        let rank = (sorted.len() * 95).div_ceil(100).max(1);
+        Some(Duration::from_secs(sorted[rank - 1]))
+    }
+
+    /// The booking deadline of a group whose files set none: the P95 plus
+    /// [`BOOKING_MARGIN`], at most 24 hours; `fallback` until measured. A reserved node waits
+    /// for the rest of its gang's nodes, which were requested with it: rarely longer than
+    /// the slowest of them takes to come.
+    pub fn deadline(&self, fallback: Duration) -> Duration {
+        self.p95()
+            .map_or(fallback, |p| (p + BOOKING_MARGIN).min(MAX_BOOKING))
     }
 }
 

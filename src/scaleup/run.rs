@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::events::events_for;
-use super::observe::{Facts, GroupFacts, attributed_nodes, observe};
+use super::observe::{Attribution, Facts, GroupFacts, attribution, observe};
 use super::progress::{GangProgress, ProgressCache, group_facts, open_gang_progress};
 use super::protect::Marker;
 use super::recorder::{Appended, Recorder};
@@ -158,6 +158,9 @@ pub struct Loop {
     deferral: Option<super::defer::Deferring>,
     /// The hold recorded for each gang kept out of CA's scale-up (since the start).
     holds: BTreeMap<GangRef, &'static str>,
+    /// Each node group's recent provisioning times (since the start), for the booking
+    /// deadline of groups whose files set none.
+    provisioning: BTreeMap<String, super::reserve::Provisioning>,
     /// Every configured group had its pending instances of ended lifecycles withdrawn once
     /// (the first tick after a start or a takeover; later ticks look at the groups of open
     /// lifecycles only).
@@ -206,6 +209,7 @@ impl Loop {
             closed: BTreeMap::new(),
             deferral: None,
             holds: BTreeMap::new(),
+            provisioning: BTreeMap::new(),
             swept: false,
         }
     }
@@ -299,7 +303,7 @@ impl Loop {
             events.publish(warnings);
         }
         let attributed = if open.is_empty() {
-            BTreeMap::new()
+            Attribution::default()
         } else {
             self.follow(&open, gangs, now_ms).await
         };
@@ -344,13 +348,14 @@ impl Loop {
     }
 
     /// Gathers the facts of the `open` scale-ups, appends the records that bring them up to
-    /// date and accounts for each; returns the nodes each scale-up got.
+    /// date and accounts for each; returns the nodes each scale-up (and, by claim, each gang
+    /// lifecycle) got.
     async fn follow(
         &mut self,
         open: &[Open],
         gangs: BTreeMap<GangRef, GangProgress>,
         now_ms: i64,
-    ) -> BTreeMap<String, Vec<String>> {
+    ) -> Attribution {
         let mut facts = Facts {
             groups: BTreeMap::new(),
             gangs: gangs
@@ -407,7 +412,7 @@ impl Loop {
                 self.closed.insert(value, o.formed_at_ms.is_some());
             }
         }
-        attributed_nodes(open, &facts)
+        attribution(open, &facts)
     }
 
     /// Metrics, log line and events for one appended record.

@@ -33,6 +33,7 @@ pub(super) fn section(
             );
         } else {
             spec.booking_deadline = d;
+            spec.booking_deadline_measured = false;
         }
     }
     r.finish(errs);
@@ -119,10 +120,11 @@ mod tests {
     fn a_groups_keys_override_the_defaults_one_by_one() {
         let on = ReservationSpec {
             enabled: true,
-            booking_deadline: Duration::from_secs(60),
+            ..ReservationSpec::default()
         };
         let (spec, errs) = run(serde_json::json!({}), on, &kwok());
         assert_eq!((spec, errs.len()), (on, 0));
+        assert!(spec.booking_deadline_measured, "no file sets it: measured");
         let (spec, errs) = run(
             serde_json::json!({"reservation": {"bookingDeadline": "5m"}}),
             on,
@@ -130,6 +132,10 @@ mod tests {
         );
         assert!(errs.is_empty(), "{errs:?}");
         assert_eq!(spec.booking_deadline, Duration::from_secs(300));
+        assert!(
+            !spec.booking_deadline_measured,
+            "set in the file: not measured"
+        );
         assert!(spec.enabled, "enabled inherited");
         let (spec, _) = run(
             serde_json::json!({"reservation": {"enabled": false}}),

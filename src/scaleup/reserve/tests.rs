@@ -55,20 +55,25 @@ fn settings(enabled: bool) -> BTreeMap<String, ReservationSpec> {
         ReservationSpec {
             enabled,
             booking_deadline: Duration::from_secs(600),
+            booking_deadline_measured: false,
         },
     )])
 }
 
-fn attributed(pairs: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
-    pairs
-        .iter()
-        .map(|(id, ns)| {
-            (
-                (*id).to_owned(),
-                ns.iter().map(|n| (*n).to_owned()).collect(),
-            )
-        })
-        .collect()
+/// Nodes attributed per scale-up, first come, first served (no claims).
+fn attributed(pairs: &[(&str, &[&str])]) -> Attribution {
+    Attribution {
+        by_scale_up: pairs
+            .iter()
+            .map(|(id, ns)| {
+                (
+                    (*id).to_owned(),
+                    ns.iter().map(|n| (*n).to_owned()).collect(),
+                )
+            })
+            .collect(),
+        by_gang: BTreeMap::new(),
+    }
 }
 
 fn value(name: &str) -> String {
@@ -223,7 +228,7 @@ fn with_reservation_off_or_the_lifecycle_closed_nothing_is_held() {
 fn unassigned_nodes_stay_while_a_reserving_scale_up_has_no_attribution() {
     let a = open("s1", 1_000, "a", 1, Phase::InstancesCreated);
     let nodes = table(vec![node("n1", NOW, Some(UNASSIGNED))]);
-    let w = wanted(&[a], &BTreeMap::new(), &settings(true), &nodes, NOW);
+    let w = wanted(&[a], &Attribution::default(), &settings(true), &nodes, NOW);
     assert!(!w.complete);
     assert_eq!(w.release_reason("n1", UNASSIGNED), None);
     assert_eq!(
@@ -243,4 +248,94 @@ fn an_unknown_gang_count_takes_the_whole_scale_up_only_when_it_is_the_only_gang(
     let b = open("s1", 1_000, "b", 0, Phase::NodesReady);
     let w = wanted(&[a, b], &att, &settings(true), &nodes, NOW);
     assert!(w.holds.is_empty(), "two gangs, counts unknown: {w:?}");
+}
+
+#[test]
+fn by_claim_a_gang_holds_the_nodes_requested_for_it_and_never_another_gangs() {
+    // One scale-up for two gangs, nodes claimed per gang: the older gang a (2 nodes) has one
+    // registered so far, b (1 node) has its own. First come, first served would give a b's
+    // node; by claim a waits for its second node and b keeps its own.
+    let mut a = open("s1", 1_000, "a", 2, Phase::InstancesCreated);
+    let mut b = open("s1", 1_000, "b", 1, Phase::NodesReady);
+    a.nodes = 3;
+    b.nodes = 3;
+    let nodes = table(vec![
+        node("n1", NOW, Some(UNASSIGNED)),
+        node("n2", NOW, Some(UNASSIGNED)),
+    ]);
+    let mut att = attributed(&[("s1", &["n1", "n2"])]);
+    att.by_gang = BTreeMap::from([
+        (a.key(), vec!["n2".to_owned()]),
+        (b.key(), vec!["n1".to_owned()]),
+    ]);
+    let w = wanted(&[a.clone(), b.clone()], &att, &settings(true), &nodes, NOW);
+    assert_eq!(held(&w), pairs(&[("n1", "ml/b"), ("n2", "ml/a")]));
+    // Without claims the older gang takes the first nodes by name, b's included.
+    let first_come = attributed(&[("s1", &["n1", "n2"])]);
+    let w = wanted(
+        &[a.clone(), b.clone()],
+        &first_come,
+        &settings(true),
+        &nodes,
+        NOW,
+    );
+    assert_eq!(held(&w), pairs(&[("n1", "ml/a"), ("n2", "ml/a")]));
+    // Two scale-ups: a by claim is short, and b's spare node stays b's (step 3 is off).
+    let mut b2 = open("s2", 2_000, "b", 1, Phase::NodesReady);
+    b2.nodes = 2;
+    let mut att = attributed(&[("s1", &["n2"]), ("s2", &["n1", "n3"])]);
+    att.by_gang = BTreeMap::from([
+        (a.key(), vec!["n2".to_owned()]),
+        (b2.key(), vec!["n1".to_owned(), "n3".to_owned()]),
+    ]);
+    let nodes = table(vec![
+        node("n1", NOW, Some(UNASSIGNED)),
+        node("n2", NOW, Some(UNASSIGNED)),
+        node("n3", NOW, Some(UNASSIGNED)),
+    ]);
+    let w = wanted(&[a, b2], &att, &settings(true), &nodes, NOW);
+    assert_eq!(held(&w), pairs(&[("n1", "ml/b"), ("n2", "ml/a")]));
+    assert_eq!(
+        w.release_reason("n3", UNASSIGNED),
+        Some(ReleaseReason::Unclaimed)
+    );
+}
+
+#[test]
+fn the_measured_booking_deadline_is_the_provisioning_p95_plus_the_margin() {
+    let fallback = Duration::from_secs(600);
+    let mut p = Provisioning::default();
+    for (i, s) in [60, 90, 120, 150].into_iter().enumerate() {
+        p.observe(&format!("n{i}"), s);
+    }
+    assert_eq!(p.deadline(fallback), fallback, "4 nodes: not measured yet");
+    // A node counts once, however many ticks see it.
+    p.observe("n0", 5_000);
+    assert_eq!(p.p95(), None);
+    p.observe("n4", 180);
+    assert_eq!(p.p95(), Some(Duration::from_secs(180)));
+    assert_eq!(
+        p.deadline(fallback),
+        Duration::from_secs(180) + BOOKING_MARGIN
+    );
+    // Twenty nodes: the nearest-rank P95 is the 19th smallest.
+    let mut p = Provisioning::default();
+    for i in 1..=20 {
+        p.observe(&format!("m{i}"), i * 10);
+    }
+    assert_eq!(p.p95(), Some(Duration::from_secs(190)));
+    // Only the most recent nodes count, and a gone node's name may come back as a new one.
+    for i in 0..PROVISION_SAMPLES {
+        p.observe(&format!("k{i}"), 30);
+    }
+    assert_eq!(p.p95(), Some(Duration::from_secs(30)));
+    p.retain_nodes(|n| n != "k0");
+    p.observe("k0", 9_000);
+    assert_eq!(p.recent.back(), Some(&9_000));
+    // Capped at 24 hours.
+    let mut slow = Provisioning::default();
+    for i in 0..5 {
+        slow.observe(&format!("s{i}"), 200_000);
+    }
+    assert_eq!(slow.deadline(fallback), Duration::from_secs(24 * 60 * 60));
 }

@@ -9,11 +9,15 @@ use tracing::{debug, error, info, warn};
 
 use super::Loop;
 use crate::audit::{Record, ReservationAction, ReservationEvent};
+use crate::cluster::NodeTable;
 use crate::events::REASON_NODE_RESERVED;
 use crate::metrics::ReleaseLabels;
+use crate::model::ReservationSpec;
 use crate::model::reservation::{RESERVATION_TAINT, tolerated, value_for};
+use crate::scaleup::observe::Attribution;
 use crate::scaleup::protect::{Marks, NodePatch, plan, wanted};
 use crate::scaleup::reserve::{self, Hold, ReleaseReason};
+use crate::scaleup::track::Open;
 use crate::telemetry::Chain;
 
 /// Most pods given the reservation toleration per tick, so a burst of new gangs does not
@@ -70,23 +74,69 @@ fn unapplied(protected: &mut usize, held: &mut usize, patch: NodePatch<'_>) {
     }
 }
 
+/// Measures the provisioning time of every node attributed to an open scale-up that turned
+/// Ready: from the scale-up's request to the node's `Ready` transition.
+fn measure(
+    provisioning: &mut BTreeMap<String, reserve::Provisioning>,
+    open: &[Open],
+    attributed: &Attribution,
+    nodes: &NodeTable,
+) {
+    for o in open {
+        let requested = o.requested_at_ms.div_euclid(1000);
+        for name in attributed
+            .by_scale_up
+            .get(&o.scale_up_id)
+            .into_iter()
+            .flatten()
+        {
+            let Some(ready) = nodes.get(name).and_then(|s| s.ready_since_unix) else {
+                continue;
+            };
+            if let Ok(seconds) = u64::try_from(ready - requested) {
+                provisioning
+                    .entry(o.node_group.clone())
+                    .or_default()
+                    .observe(name, seconds);
+            }
+        }
+    }
+    for p in provisioning.values_mut() {
+        p.retain_nodes(|n| nodes.get(n).is_some());
+    }
+}
+
+/// Sets the measured booking deadline of each group whose files set none.
+fn booking_deadlines(
+    settings: &mut BTreeMap<String, ReservationSpec>,
+    provisioning: &BTreeMap<String, reserve::Provisioning>,
+) {
+    for (group, spec) in settings.iter_mut() {
+        if spec.enabled
+            && spec.booking_deadline_measured
+            && let Some(p) = provisioning.get(group)
+        {
+            spec.booking_deadline = p.deadline(spec.booking_deadline);
+        }
+    }
+}
+
 impl Loop {
     /// Marks the nodes of scale-ups whose gang lifecycle is still open (after this tick's
     /// records) and releases the nodes whose scale-up ended; reserves the nodes each reserving
     /// gang holds ([`reserve`](super::reserve)) and releases the others. Each node changes in
     /// one patch; each reservation change is recorded in the audit log before its patch. A
     /// failed patch is retried at the next tick.
-    pub(super) async fn mark_nodes(
-        &mut self,
-        attributed: &BTreeMap<String, Vec<String>>,
-        now_ms: i64,
-    ) {
+    pub(super) async fn mark_nodes(&mut self, attributed: &Attribution, now_ms: i64) {
         let Some(marker) = &self.marker else {
             return;
         };
         let open = self.recorder.open_scale_ups();
-        let settings = self.instances.reservations();
+        let mut settings = self.instances.reservations();
+        let provisioning = &mut self.provisioning;
         let (mut reserve, carried) = self.view.with_node_table(|nodes| {
+            measure(provisioning, &open, attributed, nodes);
+            booking_deadlines(&mut settings, provisioning);
             let carried: BTreeSet<String> = nodes
                 .marked()
                 .filter_map(|n| nodes.get(n)?.reservation.clone())
@@ -103,7 +153,7 @@ impl Loop {
                 .map(|(value, _)| value.clone()),
         );
         let mut wanted = if self.protect {
-            wanted(&open, attributed)
+            wanted(&open, &attributed.by_scale_up)
         } else {
             BTreeMap::new()
         };
