@@ -118,7 +118,9 @@ fn flag(value: Option<String>, name: &str) -> bool {
 /// The kwok GPU groups of the trace: 8 × H100 nodes due after the trace's provisioning time
 /// (15 s unless it sets one; drawn per node over its jitter), a share of them stocked out when
 /// the trace says so, the trace's CSI attach limit with the simulated attacher (1 s), and the
-/// pool label gangs select. With `reserve`, nodes added for a gang are reserved for it.
+/// pool label gangs select. With `reserve`, nodes added for a gang are reserved for it, with
+/// the default booking deadline (measured from the group's provisioning times; the baseline
+/// campaign, before it was measured, set 10m).
 fn groups(trace: &trace::Trace, reserve: bool) -> Vec<Group> {
     trace
         .header
@@ -127,7 +129,7 @@ fn groups(trace: &trace::Trace, reserve: bool) -> Vec<Group> {
         .map(|g| {
             let mut extra = format!("labels: {{{}: {}}}", replay::POOL_LABEL, g.pool);
             if reserve {
-                extra.push_str("\nreservation: {enabled: true, bookingDeadline: 10m}");
+                extra.push_str("\nreservation: {enabled: true}");
             }
             Group::new(&g.id, g.max_size)
                 .csi(g.csi_limit)
