@@ -9,7 +9,7 @@
 #   --matrix             the scarcity soak of docs/soak.md: runs each cell RATIO:SEED:ARM[#N]
 #                        (N: a repeat, for the noise) whose summary is not yet committed under
 #                        tests/soak/runs/NAME/, and writes it there (default cells: seeds 1
-#                        and 2 at ratio 0.6 and seed 1 at 1.2, arms off, strict, reserve, and
+#                        and 2 at ratio 0.6 and seed 1 at 1.2, arms off, strict, defer, reserve, and
 #                        0.6:1:off#2). Needs a clean work tree: the summary names the commit.
 #   --policy             one arm, both (strict, then off) or all (off, strict, then reserve:
 #                        strict with node reservation on); defer is strict with
@@ -58,7 +58,7 @@ if [ "$matrix" = 1 ]; then
     echo "--matrix needs a clean work tree (its summaries name the commit); commit or stash first" >&2
     exit 2
   fi
-  cells=${cells:-0.6:1:off,0.6:1:strict,0.6:1:reserve,0.6:1:off#2,0.6:2:off,0.6:2:strict,0.6:2:reserve,1.2:1:off,1.2:1:strict,1.2:1:reserve}
+  cells=${cells:-0.6:1:off,0.6:1:strict,0.6:1:defer,0.6:1:reserve,0.6:1:off#2,0.6:2:off,0.6:2:strict,0.6:2:defer,0.6:2:reserve,1.2:1:off,1.2:1:strict,1.2:1:defer,1.2:1:reserve}
   runs=$(for c in ${cells//,/ }; do
     IFS=: read -r r sd a <<<"$c"
     rep=1; case "$a" in *'#'*) rep=${a#*#}; a=${a%%#*} ;; esac
