@@ -66,7 +66,12 @@ impl GangSource for ClusterView {
 
 /// The idle Ready nodes of `group` in `view` that its pods can use: those whose hard taints
 /// its template has too (a node tainted by something else, say a failing GPU, repels them).
+/// None on a group without GPUs: idle there means no pod with an extended-resource request,
+/// which says nothing of a CPU node's free CPU and memory.
 fn idle_of(view: &GangView, group: &NodeGroupSpec) -> u32 {
+    if group.gpu.is_none() {
+        return 0;
+    }
     let usable = view.idle.get(group.id.as_str()).map_or(0, |nodes| {
         nodes
             .iter()
@@ -754,6 +759,11 @@ status: {{phase: Pending}}
         assert!(held.is_empty(), "{held:?}");
         let held = admission.deferrals(&view(&[""]), &[(&group, 0)], "nvidia.com/gpu.product");
         assert_eq!(held.len(), 1, "{held:?}");
+        // A group without GPUs credits none: its busy nodes may run no extended-resource pod.
+        let v = view(&["", ""]);
+        assert_eq!(idle_of(&v, &group), 2);
+        group.gpu = None;
+        assert_eq!(idle_of(&v, &group), 0);
     }
 
     #[test]
