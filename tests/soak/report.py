@@ -351,9 +351,8 @@ ARMS = {"off": ("off", False, False), "strict": ("strict", False, False),
         "reserve": ("strict", True, False), "defer": ("strict", False, True)}
 
 
-def audit_rules(run_dir):
-    """Decisions by verdict and rule, from the audit log."""
-    out = {}
+def audit_decisions(run_dir):
+    """The decision records of the run's audit log, in order (unreadable lines skipped)."""
     text = read(os.path.join(run_dir, "audit.jsonl"), "") or ""
     for line in text.splitlines():
         try:
@@ -361,8 +360,15 @@ def audit_rules(run_dir):
         except ValueError:
             continue
         if r.get("event") == "decision":
-            key = f"{r.get('verdict')}:{r.get('rule')}"
-            out[key] = out.get(key, 0) + 1
+            yield r
+
+
+def audit_rules(run_dir):
+    """Decisions by verdict and rule, from the audit log."""
+    out = {}
+    for r in audit_decisions(run_dir):
+        key = f"{r.get('verdict')}:{r.get('rule')}"
+        out[key] = out.get(key, 0) + 1
     return out
 
 
@@ -371,14 +377,9 @@ def covered_nodes_added(run_dir):
     admitted or deferred, at least one covered), past what ungrouped pods needed: nodes added
     for a covered gang (issue 33 item 2; `off` computes the same records)."""
     n = 0
-    text = read(os.path.join(run_dir, "audit.jsonl"), "") or ""
-    for line in text.splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if (r.get("event") == "decision" and r.get("verdict") == "accept" and not r.get("gangs")
-                and not r.get("deferredTotal") and r.get("covered", 0) > 0):
+    for r in audit_decisions(run_dir):
+        if (r.get("verdict") == "accept" and not r.get("gangs") and not r.get("deferredTotal")
+                and r.get("covered", 0) > 0):
             n += max(0, r.get("appliedDelta", 0) - r.get("ungroupedNodes", 0))
     return n
 

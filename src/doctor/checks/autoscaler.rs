@@ -66,6 +66,27 @@ pub(super) fn rows(o: &Observed) -> Vec<Row> {
     ]
 }
 
+/// The flag `name` parsed as `T` (`None` when absent), or the `Error` row `id` naming the
+/// value that is not `what` (CA refuses to start on it).
+fn parsed<T: std::str::FromStr>(
+    f: &[Flag],
+    id: &str,
+    name: &str,
+    what: &str,
+) -> Result<Option<T>, Row> {
+    let Some(raw) = value(f, name) else {
+        return Ok(None);
+    };
+    raw.parse().map(Some).map_err(|_| {
+        Row::new(
+            id,
+            Status::Error,
+            format!("--{name} {raw:?} is not {what} (CA refuses to start)"),
+            "fix the value",
+        )
+    })
+}
+
 fn value<'a>(f: &'a [Flag], name: &str) -> Option<&'a str> {
     flags::last(f, name).and_then(|f| f.value.as_deref())
 }
@@ -245,20 +266,10 @@ fn expander(f: &[Flag]) -> Row {
 
 fn max_nodes_total(o: &Observed, f: &[Flag]) -> Row {
     const ID: &str = "ca-flag/max-nodes-total";
-    let total: u64 = match value(f, "max-nodes-total").map(str::parse) {
-        None => return Row::new(ID, Status::Ok, "0 (default): no cap", ""),
-        Some(Ok(n)) => n,
-        Some(Err(_)) => {
-            return Row::new(
-                ID,
-                Status::Error,
-                format!(
-                    "{:?} is not a whole number (CA refuses to start)",
-                    value(f, "max-nodes-total").unwrap_or_default()
-                ),
-                "fix the value",
-            );
-        }
+    let total: u64 = match parsed(f, ID, "max-nodes-total", "a whole number") {
+        Ok(None) => return Row::new(ID, Status::Ok, "0 (default): no cap", ""),
+        Ok(Some(n)) => n,
+        Err(row) => return row,
     };
     if total == 0 {
         return Row::new(ID, Status::Ok, "0: no cap", "");
@@ -391,35 +402,25 @@ fn unneeded_time(o: &Observed, f: &[Flag]) -> Row {
 /// `maxSize - 1` (a whole gang of `maxSize` nodes for CA's ask of one).
 fn unready_limits(o: &Observed, f: &[Flag]) -> Row {
     const ID: &str = "ca-flag/unready-limits";
-    let ok = match value(f, "ok-total-unready-count").map(str::parse::<u64>) {
-        None => DEFAULT_OK_UNREADY,
-        Some(Ok(n)) => n,
-        Some(Err(_)) => {
-            return Row::new(
-                ID,
-                Status::Error,
-                format!(
-                    "--ok-total-unready-count {:?} is not a whole number (CA refuses to start)",
-                    value(f, "ok-total-unready-count").unwrap_or_default()
-                ),
-                "fix the value",
-            );
-        }
+    let ok = match parsed(f, ID, "ok-total-unready-count", "a whole number") {
+        Ok(n) => n.unwrap_or(DEFAULT_OK_UNREADY),
+        Err(row) => return row,
     };
-    let percent = match value(f, "max-total-unready-percentage").map(str::parse::<f64>) {
-        None => DEFAULT_MAX_UNREADY_PERCENT,
-        Some(Ok(p)) if p.is_finite() => p,
-        Some(_) => {
+    let percent = match parsed::<f64>(f, ID, "max-total-unready-percentage", "a number") {
+        Ok(None) => DEFAULT_MAX_UNREADY_PERCENT,
+        Ok(Some(p)) if p.is_finite() => p,
+        Ok(Some(_)) => {
+            let raw = value(f, "max-total-unready-percentage").unwrap_or_default();
             return Row::new(
                 ID,
                 Status::Error,
                 format!(
-                    "--max-total-unready-percentage {:?} is not a number (CA refuses to start)",
-                    value(f, "max-total-unready-percentage").unwrap_or_default()
+                    "--max-total-unready-percentage {raw:?} is not a number (CA refuses to start)"
                 ),
                 "fix the value",
             );
         }
+        Err(row) => return row,
     };
     let found = format!("ok-total-unready-count {ok}, max-total-unready-percentage {percent}");
     let Some(p) = &o.provider else {
