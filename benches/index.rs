@@ -35,7 +35,7 @@ use gangscaler::cluster::{GangView, SharedIndex, gangs};
 use gangscaler::engine::admission::{Admission, GangSource, Unavailable};
 use gangscaler::model::GangRef;
 use gangscaler::model::{Instance, InstanceState, NodeGroupSpec, labels};
-use gangscaler::planner::Policy;
+use gangscaler::planner::{Order, Policy};
 use gangscaler::scaleup::{
     Facts, GangProgress, Open, ProgressCache, group_facts, observe, open_gang_progress,
 };
@@ -79,7 +79,7 @@ impl Fixture {
             started.elapsed()
         );
         let source = Arc::new(IndexSource(Arc::clone(&cluster.index)));
-        let admission = Admission::new(Policy::Strict, source);
+        let admission = Admission::new(Policy::Strict, Order::Age, source);
         let view = cluster.index.lock().expect("index").view(T0);
         assert_eq!(view.gangs.len(), GANGS);
         assert_eq!(

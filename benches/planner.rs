@@ -144,6 +144,7 @@ fn decide(f: &Fixture) -> planner::Decision {
         target: 8,
         ca_delta: 3,
         policy: Policy::Strict,
+        order: planner::Order::Age,
         gangs: &f.gangs,
         in_flight: &f.in_flight,
         elsewhere: &BTreeMap::new(),

@@ -4,7 +4,7 @@
 # gangscaler per run) and prints the report table. Not part of CI.
 #
 # Usage: scripts/soak.sh --matrix --campaign NAME [--cells CELL,...]
-#        scripts/soak.sh [--policy strict|off|reserve|defer|both|all] [--seed S[,S...]]
+#        scripts/soak.sh [--policy strict|off|reserve|defer|fewest|both|all] [--seed S[,S...]]
 #                        [--capacity-ratio R[,R...]] [trace options]
 #   --matrix             the scarcity soak of docs/soak.md: runs each cell RATIO:SEED:ARM[#N]
 #                        (N: a repeat, for the noise) whose summary is not yet committed under
@@ -13,7 +13,8 @@
 #                        0.6:1:off#2). Needs a clean work tree: the summary names the commit.
 #   --policy             one arm, both (strict, then off) or all (off, strict, then reserve:
 #                        strict with node reservation on); defer is strict with
-#                        admission.deferral on (docs/deferral.md); default all
+#                        admission.deferral on (docs/deferral.md); fewest is strict with
+#                        admission.order fewestMissing; default all
 #   --seed               trace seed, or a list: one trace and one run per arm for each (default 1)
 #   --capacity-ratio     the fleet's total maxSize over the trace's peak, or a list (default 0.6)
 #   trace options        passed to tests/soak/trace.py (its defaults are the scarcity soak's):
@@ -45,8 +46,8 @@ arms_of() {
   case "$1" in
     both) echo "strict off" ;;
     all) echo "off strict reserve" ;;
-    strict|off|roundUp|reserve|defer) echo "$1" ;;
-    *) echo "--policy is strict, off, roundUp, reserve, defer, both or all, not $1" >&2; exit 2 ;;
+    strict|off|roundUp|reserve|defer|fewest) echo "$1" ;;
+    *) echo "--policy is strict, off, roundUp, reserve, defer, fewest, both or all, not $1" >&2; exit 2 ;;
   esac
 }
 # The runs: one "RATIO:SEED:ARM:REPEAT" per line, cells of one trace together.
@@ -106,14 +107,15 @@ for run in $runs; do
   log "$name: replaying (log $arm_dir.log)"
   start=$(date +%s)
   # The reserve arm is strict with node reservation on in every group; defer is strict with
-  # admission.deferral on.
-  reserve=0 defer=0 arm_policy=$p
+  # admission.deferral on; fewest is strict with admission.order fewestMissing.
+  reserve=0 defer=0 order=age arm_policy=$p
   case "$p" in
     reserve) reserve=1 arm_policy=strict ;;
     defer) defer=1 arm_policy=strict ;;
+    fewest) order=fewestMissing arm_policy=strict ;;
   esac
   if SOAK_TRACE=$PWD/$out/trace.jsonl SOAK_POLICY=$arm_policy SOAK_RESERVE=$reserve \
-    SOAK_DEFER=$defer \
+    SOAK_DEFER=$defer SOAK_ORDER=$order \
     SOAK_RESULTS=$PWD/$arm_dir \
     "${nice_cmd[@]}" cargo test --all-features --locked --test soak -- --ignored --nocapture \
     >"$arm_dir.log" 2>&1; then

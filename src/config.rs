@@ -466,6 +466,8 @@ pub struct ProviderSettings {
     pub kubernetes: KubernetesSettings,
     /// Gang admission policy for `NodeGroupIncreaseSize` (active when `kubernetes.watch`).
     pub admission_policy: crate::planner::Policy,
+    /// The order of pending gangs of one priority when headroom is short (`admission.order`).
+    pub admission_order: crate::planner::Order,
     /// Deferral of the gangs `strict` would not admit now (`admission.deferral`).
     pub deferral: DeferralSettings,
     /// The durable audit log of admission decisions, if configured.

@@ -122,14 +122,27 @@ impl Engine {
         Ok(engine)
     }
 
-    /// Turns on gang admission in `NodeGroupIncreaseSize`, reading gangs from `source`.
+    /// Turns on gang admission in `NodeGroupIncreaseSize`, reading gangs from `source`, with
+    /// candidates of one priority taken oldest first.
     #[must_use]
     pub fn with_admission(
-        mut self,
+        self,
         policy: crate::planner::Policy,
         source: Arc<dyn admission::GangSource>,
     ) -> Self {
-        self.admission = Some(admission::Admission::new(policy, source));
+        self.with_admission_in_order(policy, crate::planner::Order::Age, source)
+    }
+
+    /// Turns on gang admission in `NodeGroupIncreaseSize`, reading gangs from `source`, with
+    /// candidates of one priority taken in `order` (`admission.order`).
+    #[must_use]
+    pub fn with_admission_in_order(
+        mut self,
+        policy: crate::planner::Policy,
+        order: crate::planner::Order,
+        source: Arc<dyn admission::GangSource>,
+    ) -> Self {
+        self.admission = Some(admission::Admission::new(policy, order, source));
         self.resume_in_flight();
         self
     }

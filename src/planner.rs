@@ -39,8 +39,8 @@ pub use composite::{
     GroupSlot, combine, considers_composites, place_composites, preview,
 };
 pub use decision::{
-    AdmittedGang, CompositeShares, CoveredGang, Decision, DeferredGang, Extent, GroupShare, Policy,
-    Rule, Verdict,
+    AdmittedGang, CompositeShares, CoveredGang, Decision, DeferredGang, Extent, GroupShare, Order,
+    Policy, Rule, Verdict,
 };
 pub use defer::{Deferral, DeferralInput, Hold, deferrals};
 pub use explain::Reason;

@@ -72,6 +72,7 @@ pub fn loaded(mut groups: Vec<NodeGroupSpec>) -> Loaded {
             node_groups_dir: "nodegroups".into(),
             kubernetes: Default::default(),
             admission_policy: Default::default(),
+            admission_order: Default::default(),
             deferral: Default::default(),
             audit: None,
             lifecycle: Default::default(),

@@ -2169,6 +2169,42 @@ fn reservation_is_inherited_per_field_and_needs_the_lifecycle_loop() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Admission order (admission.order)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn admission_order_is_age_by_default_and_fewest_missing_when_set() {
+    use gangscaler::planner::Order;
+    let loaded = ConfigDir::new(PROVIDER)
+        .group("gpu-a.yaml", GPU_A)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.provider.admission_order, Order::Age);
+    let provider = format!("{PROVIDER}admission: {{order: fewestMissing}}\n");
+    let loaded = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.provider.admission_order, Order::FewestMissing);
+}
+
+#[test]
+fn an_unknown_admission_order_is_reported_with_its_value() {
+    let provider = format!("{PROVIDER}admission: {{order: smallestFirst}}\n");
+    let errs = ConfigDir::new(&provider)
+        .group("gpu-a.yaml", GPU_A)
+        .errors();
+    assert_count(&errs, 1);
+    let e = expect_error(
+        &errs,
+        "provider.yaml",
+        "admission.order",
+        Some("\"smallestFirst\""),
+    );
+    assert!(e.message.contains("age or fewestMissing"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Deferral (admission.deferral)
 // ---------------------------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ use crate::cluster::{self, ClusterView, GangView, ObjectSet, Stale};
 use crate::model::reservation::DaemonSetDemand;
 use crate::model::{Gang, GangRef, NodeGroupId, NodeGroupSpec};
 use crate::planner::{
-    self, AdmissionInput, CompositeInput, CompositePlan, Decision, GroupSlot, NodeShape, Policy,
+    self, AdmissionInput, CompositeInput, CompositePlan, Decision, GroupSlot, NodeShape, Order,
+    Policy,
 };
 
 /// How long nodes requested for a gang count as in flight before they are forgotten (CA's
@@ -155,6 +156,7 @@ pub struct Resumed {
 /// Admission state: the policy, the gang source and the in-flight ledger.
 pub struct Admission {
     policy: Policy,
+    order: Order,
     source: Arc<dyn GangSource>,
     in_flight: Mutex<BTreeMap<GangRef, InFlight>>,
 }
@@ -163,15 +165,17 @@ impl std::fmt::Debug for Admission {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Admission")
             .field("policy", &self.policy)
+            .field("order", &self.order)
             .finish()
     }
 }
 
 impl Admission {
-    /// Admission with `policy` over `source`.
-    pub fn new(policy: Policy, source: Arc<dyn GangSource>) -> Self {
+    /// Admission with `policy`, candidates of one priority in `order`, over `source`.
+    pub fn new(policy: Policy, order: Order, source: Arc<dyn GangSource>) -> Self {
         Self {
             policy,
+            order,
             source,
             in_flight: Mutex::new(BTreeMap::new()),
         }
@@ -323,6 +327,7 @@ impl Admission {
             target: target.saturating_add(here),
             ca_delta: ca_delta.saturating_sub(here),
             policy: self.policy,
+            order: self.order,
             gangs,
             in_flight: &in_flight,
             elsewhere: &elsewhere,
@@ -355,6 +360,7 @@ impl Admission {
             gangs: &view.gangs,
             in_flight: &ledger,
             policy: self.policy,
+            order: self.order,
             idle: &groups
                 .iter()
                 .map(|(g, _)| (g.id.clone(), idle_of(view, g)))
@@ -608,7 +614,7 @@ status: {{phase: Pending}}
             resource_name: "nvidia.com/gpu".into(),
         });
         (
-            Admission::new(Policy::Strict, Arc::new(StaticObjects(objects))),
+            Admission::new(Policy::Strict, Order::Age, Arc::new(StaticObjects(objects))),
             group,
         )
     }

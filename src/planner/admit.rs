@@ -13,8 +13,9 @@
 //! count, and so its node count, is unknown (sizing it with those volumes counted toward no
 //! driver would under-count it, and the scheduler will not place it until they resolve).
 //!
-//! 1. **Admission.** Candidates are taken by priority (higher first), then age (older first),
-//!    then id. The group's idle Ready nodes (`idle_nodes`: no GPU pod on them, nothing of ours
+//! 1. **Admission.** Candidates are taken by priority (higher first), then in the configured
+//!    [`Order`] (`age`: older first; `fewestMissing`: fewest nodes still missing first, then
+//!    older first), then id. The group's idle Ready nodes (`idle_nodes`: no GPU pod on them, nothing of ours
 //!    holding them) are credited first: a candidate's *fresh* need is its need less the idle
 //!    nodes not yet credited to a candidate before it. Each is admitted whole if its fresh full
 //!    need fits the headroom still left; otherwise with its fresh `minCount` need if that fits
@@ -65,7 +66,8 @@ use std::sync::Arc;
 use crate::model::{Gang, GangRef, NodeGroupId};
 
 use super::decision::{
-    AdmittedGang, CoveredGang, Decision, DeferredGang, Extent, Policy, Rule, Verdict, explain,
+    AdmittedGang, CoveredGang, Decision, DeferredGang, Extent, Order, Policy, Rule, Verdict,
+    explain,
 };
 use super::explain::Reason;
 use super::fit::fit_counts;
@@ -86,6 +88,8 @@ pub struct AdmissionInput<'a> {
     pub ca_delta: u32,
     /// The admission policy.
     pub policy: Policy,
+    /// The order of candidates of one priority.
+    pub order: Order,
     /// Gangs to consider; those not pending, or that this group cannot host, are skipped.
     pub gangs: &'a [Arc<Gang>],
     /// Nodes of this group already requested for a gang and not yet used by it.
@@ -125,6 +129,11 @@ struct Candidate<'a> {
 }
 
 impl Candidate<'_> {
+    /// The nodes it still misses: its whole need less those in flight for it.
+    fn missing(&self) -> u32 {
+        self.nodes_all.saturating_sub(self.in_flight)
+    }
+
     fn covered(&self) -> CoveredGang {
         CoveredGang {
             gang: self.gang.id.clone(),
@@ -139,7 +148,7 @@ impl Candidate<'_> {
 /// The pending gangs, sorted out before any headroom is spent.
 #[derive(Default)]
 struct Sorted<'a> {
-    /// In admission order: priority (higher first), age (older first), id.
+    /// In admission order: priority (higher first), the configured [`Order`], id.
     candidates: Vec<Candidate<'a>>,
     covered: Vec<CoveredGang>,
     held: Vec<DeferredGang>,
@@ -240,9 +249,11 @@ fn sort_out<'a>(input: &AdmissionInput<'a>) -> Sorted<'a> {
             sorted.candidates.push(candidate);
         }
     }
-    sorted
-        .candidates
-        .sort_by(|a, b| a.gang.admission_order(b.gang));
+    sorted.candidates.sort_by(|a, b| {
+        input
+            .order
+            .compare(a.gang, a.missing(), b.gang, b.missing())
+    });
     sorted
 }
 

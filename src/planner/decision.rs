@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{GangRef, NodeGroupId};
+use crate::model::{Gang, GangRef, NodeGroupId};
 
 use super::explain::Reason;
 
@@ -33,6 +33,43 @@ impl Policy {
             Self::RoundUp => "roundUp",
             Self::Off => "off",
         }
+    }
+}
+
+/// Which of the pending gangs of one priority gets nodes first when headroom is short
+/// (`admission.order`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Order {
+    /// Older first.
+    #[default]
+    Age,
+    /// Fewest nodes still missing first (its whole need less the nodes in flight for it), then
+    /// older first: the gangs nearest to forming go first, at the risk that a large gang waits
+    /// while smaller ones keep arriving.
+    FewestMissing,
+}
+
+impl Order {
+    /// The spelling used in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Age => "age",
+            Self::FewestMissing => "fewestMissing",
+        }
+    }
+
+    /// Orders two pending gangs, each with the nodes it still misses: priority (higher
+    /// first), then by `self`, then age (older first) and id.
+    pub fn compare(self, a: &Gang, a_missing: u32, b: &Gang, b_missing: u32) -> std::cmp::Ordering {
+        let by_missing = match self {
+            Self::Age => std::cmp::Ordering::Equal,
+            Self::FewestMissing => a_missing.cmp(&b_missing),
+        };
+        b.priority
+            .cmp(&a.priority)
+            .then(by_missing)
+            .then_with(|| a.admission_order(b))
     }
 }
 

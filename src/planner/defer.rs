@@ -8,8 +8,10 @@
 //!
 //! # Rules (policy `strict` only; `roundUp` and `off` defer nothing)
 //!
-//! Pending gangs are taken in admission order (priority, higher first; age, older first; id),
-//! against every group's headroom (`maxSize - target`), as admission would spend it:
+//! Pending gangs are taken in admission order (priority, higher first; then the configured
+//! [`Order`]: `age`, older first, or `fewestMissing`, fewest nodes missing on the group that
+//! needs fewest, then older first; id), against every group's headroom (`maxSize - target`),
+//! as admission would spend it:
 //!
 //! 1. A child of a composite is left to the composite pass (never deferred here).
 //! 2. A gang with nodes in flight on a group (requested for it, not used yet) is **covered**
@@ -38,7 +40,7 @@ use serde::Serialize;
 use crate::model::{Gang, GangRef, NodeGroupId};
 
 use super::composite::GroupSlot;
-use super::decision::Policy;
+use super::decision::{Order, Policy};
 use super::explain::Reason;
 use super::fit::fit_counts;
 
@@ -53,6 +55,8 @@ pub struct DeferralInput<'a> {
     pub in_flight: &'a BTreeMap<GangRef, (NodeGroupId, u32)>,
     /// The admission policy.
     pub policy: Policy,
+    /// The order of pending gangs of one priority.
+    pub order: Order,
     /// Idle Ready nodes per group ([`AdmissionInput::idle_nodes`](super::AdmissionInput)):
     /// spent on the gangs taken, in order, before headroom.
     pub idle: &'a BTreeMap<NodeGroupId, u32>,
@@ -115,7 +119,7 @@ impl Hold {
             ),
             Self::Behind { need, ahead } => format!(
                 "a group had room for its {need} node(s), but {ahead} and the gangs taken before \
-                 it (priority, then age) use that room"
+                 it (in admission order) use that room"
             ),
         }
     }
@@ -161,16 +165,20 @@ pub fn deferrals(input: &DeferralInput<'_>) -> Vec<Deferral> {
         })
         .collect();
     rooms.sort_by(|a, b| a.slot.id.cmp(b.slot.id));
-    let mut pending: Vec<&Gang> = input
+    let mut pending: Vec<(&Gang, u32)> = input
         .gangs
         .iter()
         .map(Arc::as_ref)
         .filter(|g| g.is_pending() && g.composite.is_none() && g.unbound().next().is_some())
+        .map(|g| match input.order {
+            Order::Age => (g, 0),
+            Order::FewestMissing => (g, missing(g, input.in_flight, &rooms)),
+        })
         .collect();
-    pending.sort_by(|a, b| a.admission_order(b));
+    pending.sort_by(|(a, am), (b, bm)| input.order.compare(a, *am, b, *bm));
     let mut out: Vec<Deferral> = pending
         .into_iter()
-        .filter_map(|gang| {
+        .filter_map(|(gang, _)| {
             hold(gang, input.in_flight, &mut rooms).map(|hold| Deferral {
                 gang: gang.id.clone(),
                 hold,
@@ -191,6 +199,29 @@ struct Need {
 /// The fresh nodes `need` takes of `room` once its idle nodes are spent.
 fn fresh(need: u32, room: &Room<'_>) -> u32 {
     need.saturating_sub(room.idle)
+}
+
+/// The fewest nodes `gang` still misses on a group that can host it (its whole need there
+/// less the nodes in flight for it there; only the group they are in flight on counts), or
+/// `u32::MAX` when none can.
+fn missing(
+    gang: &Gang,
+    in_flight: &BTreeMap<GangRef, (NodeGroupId, u32)>,
+    rooms: &[Room<'_>],
+) -> u32 {
+    let flying = in_flight.get(&gang.id);
+    rooms
+        .iter()
+        .filter_map(|room| {
+            let (all, _) = fit_counts(gang, room.slot.shape?).ok()?;
+            match flying {
+                Some((group, _)) if group != room.slot.id => None,
+                Some((_, n)) => Some(all.saturating_sub(*n)),
+                None => Some(all),
+            }
+        })
+        .min()
+        .unwrap_or(u32::MAX)
 }
 
 /// Takes `gang`'s need from `rooms`, or says why it is held.

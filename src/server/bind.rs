@@ -72,6 +72,7 @@ impl Server {
         )
         .await?;
         let policy = loaded.provider.admission_policy;
+        let order = loaded.provider.admission_order;
         let audit_settings = loaded.provider.audit.clone();
         let lifecycle_settings = loaded.provider.lifecycle;
         let deferral = loaded.provider.deferral;
@@ -87,6 +88,7 @@ impl Server {
                 timeouts,
                 view: view.as_ref(),
                 policy,
+                order,
                 client: backends.client.as_ref(),
                 ha_store: backends.ha_store.as_ref(),
                 metrics: &metrics,
@@ -311,6 +313,8 @@ struct WireInputs<'a> {
     timeouts: Timeouts,
     view: Option<&'a Arc<ClusterView>>,
     policy: crate::planner::Policy,
+    /// The order of pending gangs of one priority (`admission.order`).
+    order: crate::planner::Order,
     client: Option<&'a kube::Client>,
     ha_store: Option<&'a Arc<dyn LeaseStore>>,
     metrics: &'a Arc<Metrics>,
@@ -332,8 +336,13 @@ fn wire(mut engine: Engine, inputs: WireInputs<'_>) -> Result<Wired, Error> {
     }
     let mut publisher = None;
     if let Some(view) = inputs.view {
-        info!(policy = inputs.policy.as_str(), gang.api = ?view.gang_api(), "gang admission active");
-        engine = engine.with_admission(inputs.policy, view.clone());
+        info!(
+            policy = inputs.policy.as_str(),
+            order = inputs.order.as_str(),
+            gang.api = ?view.gang_api(),
+            "gang admission active"
+        );
+        engine = engine.with_admission_in_order(inputs.policy, inputs.order, view.clone());
         if let Some(client) = inputs.client {
             let instance = match inputs.election {
                 Some(e) => e.identity.clone(),

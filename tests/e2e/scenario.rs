@@ -172,6 +172,8 @@ pub struct Setup {
     pub grpc_timeout: Option<String>,
     /// `admission.deferral` settings (a YAML flow mapping), when set.
     pub deferral: Option<String>,
+    /// `admission.order` (`age` or `fewestMissing`), when set (the soak's `fewest` arm).
+    pub order: Option<String>,
 }
 
 impl Setup {
@@ -190,6 +192,7 @@ impl Setup {
             chart_edit: None,
             grpc_timeout: None,
             deferral: None,
+            order: None,
         }
     }
 
@@ -392,9 +395,13 @@ impl Scenario {
         write(
             &config.join("provider.yaml"),
             &format!(
-                "{server}{kubernetes}admission: {{policy: {policy}{deferral}}}\n\
+                "{server}{kubernetes}admission: {{policy: {policy}{order}{deferral}}}\n\
                  audit: {{path: \"{audit}\"}}\nlifecycle: {lifecycle}\n{leader_election}",
                 policy = setup.policy,
+                order = setup
+                    .order
+                    .as_ref()
+                    .map_or(String::new(), |o| format!(", order: {o}")),
                 deferral = setup
                     .deferral
                     .as_ref()

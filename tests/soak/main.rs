@@ -77,6 +77,8 @@ struct Config {
     reserve: bool,
     /// `SOAK_DEFER=1`: `admission.deferral` is on (the `defer` arm, docs/deferral.md).
     defer: bool,
+    /// `SOAK_ORDER`: `admission.order` (`age` unless set; `fewestMissing` is the `fewest` arm).
+    order: String,
 }
 
 impl Config {
@@ -101,9 +103,20 @@ impl Config {
             ),
             reserve: flag(var("SOAK_RESERVE"), "SOAK_RESERVE"),
             defer: flag(var("SOAK_DEFER"), "SOAK_DEFER"),
+            order: order(var("SOAK_ORDER")),
             policy,
         }
     }
+}
+
+/// `admission.order` from the environment (unset is `age`).
+fn order(value: Option<String>) -> String {
+    let order = value.unwrap_or_else(|| "age".to_owned());
+    assert!(
+        ["age", "fewestMissing"].contains(&order.as_str()),
+        "SOAK_ORDER is age or fewestMissing, not {order:?}"
+    );
+    order
 }
 
 /// A `0`/`1` switch from the environment (unset is `0`).
@@ -180,6 +193,7 @@ async fn soak_replays_the_trace_with_the_real_ca() {
     if cfg.defer {
         setup = setup.deferral(DEFERRAL);
     }
+    setup.order = Some(cfg.order.clone());
     let s = Scenario::start(setup).await;
     eprintln!(
         "soak: {} gangs over {minutes} min under {}; logs in {}",
@@ -211,6 +225,7 @@ async fn soak_replays_the_trace_with_the_real_ca() {
         "policy": cfg.policy,
         "reservation": cfg.reserve,
         "deferral": cfg.defer,
+        "order": cfg.order,
         "k8s": harness::Versions::load().minor,
         "ca": s.ca.version,
         "tracePath": cfg.trace,

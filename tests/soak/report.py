@@ -138,9 +138,10 @@ def ca_loop_mean(loops):
 
 
 def arm(res):
-    """The arm's name: the policy, and whether reservation and deferral were on."""
+    """The arm's name: the policy, whether reservation and deferral were on, and the order."""
     return (res["policy"] + (" + reservation" if res.get("reservation") else "")
-            + (" + deferral" if res.get("deferral") else ""))
+            + (" + deferral" if res.get("deferral") else "")
+            + (f" + order {res['order']}" if res.get("order", "age") != "age" else ""))
 
 
 def figures(run_dir):
@@ -346,9 +347,10 @@ def matrix(root):
 # --- the scarcity soak: one summary per run, tables from the committed summaries ---
 
 SUMMARY_SCHEMA = 1
-# The arms, in table order: name → (policy, reservation, deferral).
-ARMS = {"off": ("off", False, False), "strict": ("strict", False, False),
-        "reserve": ("strict", True, False), "defer": ("strict", False, True)}
+# The arms, in table order: name → (policy, reservation, deferral, admission order).
+ARMS = {"off": ("off", False, False, "age"), "strict": ("strict", False, False, "age"),
+        "reserve": ("strict", True, False, "age"), "defer": ("strict", False, True, "age"),
+        "fewest": ("strict", False, False, "fewestMissing")}
 
 
 def audit_decisions(run_dir):
@@ -437,9 +439,9 @@ def summary(run_dir, campaign, commit, repeat=1):
         cpu = 100 * (in_win[-1]["cpuTicks"] - in_win[0]["cpuTicks"]) / tck / max((in_win[-1]["tS"] - in_win[0]["tS"]), 1)
     ov = audit.get("overall", {})
     g0 = (trace.get("groups") or [{}])[0]
-    arm_name = next((a for a, (p, r, d) in ARMS.items()
-                     if (p, r, d) == (res["policy"], bool(res.get("reservation")), bool(res.get("deferral")))),
-                    arm(res))
+    key = (res["policy"], bool(res.get("reservation")), bool(res.get("deferral")),
+           res.get("order", "age"))
+    arm_name = next((a for a, k in ARMS.items() if k == key), arm(res))
     r2 = lambda x: None if x is None else round(x, 2)
     return {
         "schema": SUMMARY_SCHEMA,

@@ -62,7 +62,8 @@ pub fn provider(
         group_defaults(d, &mut defaults, errs);
     }
     let kubernetes = kubernetes_settings(root.obj_or_empty("kubernetes", errs), dir, errs);
-    let (admission_policy, deferral) = admission(root.obj_or_empty("admission", errs), errs);
+    let (admission_policy, admission_order, deferral) =
+        admission(root.obj_or_empty("admission", errs), errs);
     let audit = root.obj("audit", errs).and_then(|a| audit(a, dir, errs));
     if deferral.enabled {
         let missing = if admission_policy != crate::planner::Policy::Strict {
@@ -93,6 +94,7 @@ pub fn provider(
         node_groups_dir,
         kubernetes,
         admission_policy,
+        admission_order,
         deferral,
         audit,
         lifecycle,
@@ -294,9 +296,17 @@ fn lifecycle_settings(mut l: Obj<'_>, errs: &mut Errors) -> LifecycleSettings {
     settings
 }
 
-/// The `admission` section: the gang admission policy and deferral.
-fn admission(mut a: Obj<'_>, errs: &mut Errors) -> (crate::planner::Policy, DeferralSettings) {
-    use crate::planner::Policy;
+/// The `admission` section: the gang admission policy, the order of gangs of one priority,
+/// and deferral.
+fn admission(
+    mut a: Obj<'_>,
+    errs: &mut Errors,
+) -> (
+    crate::planner::Policy,
+    crate::planner::Order,
+    DeferralSettings,
+) {
+    use crate::planner::{Order, Policy};
     let policy = match a.string("policy", errs).as_deref() {
         None | Some("strict") => Policy::Strict,
         Some("roundUp") => Policy::RoundUp,
@@ -310,9 +320,21 @@ fn admission(mut a: Obj<'_>, errs: &mut Errors) -> (crate::planner::Policy, Defe
             Policy::Strict
         }
     };
+    let order = match a.string("order", errs).as_deref() {
+        None | Some("age") => Order::Age,
+        Some("fewestMissing") => Order::FewestMissing,
+        Some(other) => {
+            errs.push(
+                &a.path("order"),
+                Some(&Value::String(other.to_owned())),
+                "must be age or fewestMissing",
+            );
+            Order::Age
+        }
+    };
     let deferral = deferral(a.obj_or_empty("deferral", errs), errs);
     a.finish(errs);
-    (policy, deferral)
+    (policy, order, deferral)
 }
 
 /// Bounds of `admission.deferral.horizon`: at least a few CA loops, at most an hour (a mark

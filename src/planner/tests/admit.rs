@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::model::{NodeGroupId, labels};
 use crate::planner::{
-    AdmissionInput, Decision, Elsewhere, Extent, Policy, Reason, Rule, Verdict, admit,
+    AdmissionInput, Decision, Elsewhere, Extent, Order, Policy, Reason, Rule, Verdict, admit,
 };
 
 use super::*;
@@ -25,6 +25,7 @@ struct Case {
     target: u32,
     ca: u32,
     policy: Policy,
+    order: Order,
     gangs: Vec<Gang>,
     in_flight: BTreeMap<GangRef, u32>,
     elsewhere: BTreeMap<GangRef, Elsewhere>,
@@ -42,6 +43,7 @@ fn case(max: u32, target: u32, ca: u32, gangs: Vec<Gang>) -> Case {
         target,
         ca,
         policy: Policy::Strict,
+        order: Order::Age,
         gangs,
         in_flight: BTreeMap::new(),
         elsewhere: BTreeMap::new(),
@@ -53,6 +55,10 @@ fn case(max: u32, target: u32, ca: u32, gangs: Vec<Gang>) -> Case {
 impl Case {
     fn policy(mut self, p: Policy) -> Self {
         self.policy = p;
+        self
+    }
+    fn order(mut self, o: Order) -> Self {
+        self.order = o;
         self
     }
     fn ungrouped(mut self, n: u32) -> Self {
@@ -71,6 +77,7 @@ impl Case {
             target: self.target,
             ca_delta: self.ca,
             policy: self.policy,
+            order: self.order,
             gangs: &arcs(self.gangs.clone()),
             in_flight: &self.in_flight,
             elsewhere: &self.elsewhere,
@@ -186,6 +193,36 @@ fn at_equal_priority_the_older_gang_is_admitted_first() {
     .decide();
     assert_eq!(admitted(&d), vec![("b-older", 4, Extent::Whole)]);
     assert_eq!(deferred(&d), vec!["a-newer"]);
+}
+
+#[test]
+fn fewest_missing_admits_the_gang_nearest_to_forming_before_an_older_one() {
+    // Headroom 4: the older gang misses 4 nodes, the newer one 2 (4 of its 6 in flight).
+    let older = whole_node_gang("older", 4, 4);
+    let mut nearer = whole_node_gang("nearer", 6, 6);
+    nearer.created_unix = 200;
+    let mut c = case(12, 8, 2, vec![older.clone(), nearer.clone()]);
+    c.in_flight = in_flight(&nearer, 4);
+    let d = c.clone().decide();
+    assert_eq!(admitted(&d), vec![("older", 4, Extent::Whole)]);
+    assert_eq!(deferred(&d), vec!["nearer"]);
+    let d = c.order(Order::FewestMissing).decide();
+    assert_eq!(admitted(&d), vec![("nearer", 2, Extent::Whole)]);
+    assert_eq!(deferred(&d), vec!["older"]);
+    assert_eq!(d.applied_delta, 2);
+}
+
+#[test]
+fn fewest_missing_still_takes_the_higher_priority_gang_first() {
+    let mut big = whole_node_gang("big", 4, 4);
+    big.priority = 10;
+    let mut small = whole_node_gang("small", 2, 2);
+    small.created_unix = -100;
+    let d = case(4, 0, 2, vec![small, big])
+        .order(Order::FewestMissing)
+        .decide();
+    assert_eq!(admitted(&d), vec![("big", 4, Extent::Whole)]);
+    assert_eq!(deferred(&d), vec!["small"]);
 }
 
 #[test]
@@ -387,6 +424,7 @@ fn a_group_without_a_template_hosts_no_gang() {
         target: 0,
         ca_delta: 2,
         policy: Policy::Strict,
+        order: Order::Age,
         gangs: &arcs(gangs),
         in_flight: &BTreeMap::new(),
         elsewhere: &BTreeMap::new(),

@@ -124,6 +124,7 @@ impl World {
             target: target + here,
             ca_delta: ca.saturating_sub(here),
             policy: Policy::Strict,
+            order: crate::planner::Order::Age,
             gangs: &singles,
             in_flight: &here_in_flight,
             elsewhere: &BTreeMap::new(),

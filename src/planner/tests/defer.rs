@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::{NodeGroupId, NodeGroupSpec};
-use crate::planner::{Deferral, DeferralInput, GroupSlot, Hold, Policy, Reason, deferrals};
+use crate::planner::{Deferral, DeferralInput, GroupSlot, Hold, Order, Policy, Reason, deferrals};
 
 use super::*;
 
@@ -21,6 +21,7 @@ struct Fleet {
     in_flight: BTreeMap<GangRef, (NodeGroupId, u32)>,
     idle: BTreeMap<NodeGroupId, u32>,
     policy: Policy,
+    order: Order,
 }
 
 /// 8-GPU groups, each `(id, max, target)`.
@@ -37,6 +38,7 @@ fn fleet(groups: &[(&str, u32, u32)]) -> Fleet {
         in_flight: BTreeMap::new(),
         idle: BTreeMap::new(),
         policy: Policy::Strict,
+        order: Order::Age,
     }
 }
 
@@ -48,6 +50,10 @@ impl Fleet {
     }
     fn policy(mut self, p: Policy) -> Self {
         self.policy = p;
+        self
+    }
+    fn order(mut self, o: Order) -> Self {
+        self.order = o;
         self
     }
     fn idle(mut self, group: &str, nodes: u32) -> Self {
@@ -71,6 +77,7 @@ impl Fleet {
             gangs: &gangs,
             in_flight: &self.in_flight,
             policy: self.policy,
+            order: self.order,
             idle: &self.idle,
         })
     }
@@ -90,6 +97,44 @@ fn the_older_gang_takes_the_room_and_the_younger_waits_behind_it() {
         panic!("{d:?}")
     };
     assert_eq!((*need, ahead.name.as_str()), (3, "old"));
+}
+
+#[test]
+fn fewest_missing_lets_the_gang_nearest_to_forming_go_first() {
+    let gangs = || vec![whole("old", 4, 4, 1), whole("near", 6, 6, 2)];
+    // `near` has 4 of its 6 nodes in flight on a: it misses 2, `old` misses 4; room 4.
+    let near = whole("near", 6, 6, 2);
+    let f = fleet(&[("a", 8, 4)]).flying(&near, "a", 4);
+    assert_eq!(holds(&f.defer(gangs())), [("near", "behind")]);
+    let d = f.order(Order::FewestMissing).defer(gangs());
+    assert_eq!(holds(&d), [("old", "behind")]);
+    let Hold::Behind { need, ahead } = &d[0].hold else {
+        panic!("{d:?}")
+    };
+    assert_eq!((*need, ahead.name.as_str()), (4, "near"));
+}
+
+#[test]
+fn fewest_missing_counts_the_group_that_needs_fewest() {
+    // `pair` (3 members of 8 GPUs) needs 3 nodes of the 8-GPU group a or 2 of the 16-GPU
+    // group b: it misses 2. `big` (older, 3 members of 16 GPUs) fits only b: it misses 3.
+    // Room: a 2, b 3. By age `big` takes b and `pair` fits nowhere; by fewest missing `pair`
+    // takes b first and `big` waits behind it.
+    let mut f = fleet(&[("a", 2, 0)]);
+    let b = gpu_group("b", 3, 16);
+    let sb = shape(&b);
+    f.groups.push((b, sb, 0));
+    let big = || {
+        gang("big")
+            .min(3)
+            .created(1)
+            .members(3, |p| p.gpus(16).gpu_tolerant())
+            .build()
+    };
+    let gangs = || vec![big(), whole("pair", 3, 3, 2)];
+    assert_eq!(holds(&f.defer(gangs())), [("pair", "behind")]);
+    let d = f.order(Order::FewestMissing).defer(gangs());
+    assert_eq!(holds(&d), [("big", "behind")]);
 }
 
 #[test]

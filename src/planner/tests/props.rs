@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use crate::model::{Capacity, TaintEffect, quantity::Quantity};
 use crate::planner::fit::fit_counts;
-use crate::planner::{AdmissionInput, Policy, Reason, Verdict, admit, fit};
+use crate::planner::{AdmissionInput, Order, Policy, Reason, Verdict, admit, fit};
 
 use super::*;
 
@@ -348,6 +348,7 @@ proptest! {
         }),
         (max, target, ca, ungrouped) in (0u32..20, 0u32..24, 1u32..20, 0u32..5),
         policy in prop_oneof![Just(Policy::Strict), Just(Policy::RoundUp), Just(Policy::Off)],
+        order in prop_oneof![Just(Order::Age), Just(Order::FewestMissing)],
     ) {
         let mut in_flight = BTreeMap::new();
         let gangs: Vec<Gang> = gangs
@@ -370,6 +371,7 @@ proptest! {
             target,
             ca_delta: ca,
             policy,
+            order,
             gangs: &super::arcs(gangs.clone()),
             in_flight: &in_flight,
             elsewhere: &BTreeMap::new(),
