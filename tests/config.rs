@@ -2189,19 +2189,24 @@ fn admission_order_is_age_by_default_and_fewest_missing_when_set() {
 }
 
 #[test]
-fn an_unknown_admission_order_is_reported_with_its_value() {
-    let provider = format!("{PROVIDER}admission: {{order: smallestFirst}}\n");
-    let errs = ConfigDir::new(&provider)
-        .group("gpu-a.yaml", GPU_A)
-        .errors();
-    assert_count(&errs, 1);
-    let e = expect_error(
-        &errs,
-        "provider.yaml",
-        "admission.order",
-        Some("\"smallestFirst\""),
-    );
-    assert!(e.message.contains("age or fewestMissing"), "{e}");
+fn an_unknown_admission_order_or_policy_is_reported_with_its_value() {
+    for (key, value, message) in [
+        ("order", "smallestFirst", "must be age or fewestMissing"),
+        ("policy", "lenient", "must be strict, roundUp or off"),
+    ] {
+        let provider = format!("{PROVIDER}admission: {{{key}: {value}}}\n");
+        let errs = ConfigDir::new(&provider)
+            .group("gpu-a.yaml", GPU_A)
+            .errors();
+        assert_count(&errs, 1);
+        let e = expect_error(
+            &errs,
+            "provider.yaml",
+            &format!("admission.{key}"),
+            Some(&format!("\"{value}\"")),
+        );
+        assert_eq!(e.message, message, "{e}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

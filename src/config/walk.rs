@@ -279,6 +279,31 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// A string that must be one of `choices` (spelling, value): its value, or `None` when
+    /// absent or, reported as "must be a, b or c", not one of them.
+    pub fn one_of<T: Copy>(
+        &mut self,
+        key: &'static str,
+        choices: &[(&str, T)],
+        errs: &mut Errors,
+    ) -> Option<T> {
+        let s = self.string(key, errs)?;
+        if let Some((_, v)) = choices.iter().find(|(name, _)| *name == s) {
+            return Some(*v);
+        }
+        let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+        let listed = match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.concat(),
+        };
+        errs.push(
+            &self.path(key),
+            Some(&Value::String(s)),
+            format!("must be {listed}"),
+        );
+        None
+    }
+
     /// A required non-empty string.
     pub fn required_string(&mut self, key: &'static str, errs: &mut Errors) -> Option<String> {
         match self.string(key, errs) {

@@ -307,31 +307,24 @@ fn admission(
     DeferralSettings,
 ) {
     use crate::planner::{Order, Policy};
-    let policy = match a.string("policy", errs).as_deref() {
-        None | Some("strict") => Policy::Strict,
-        Some("roundUp") => Policy::RoundUp,
-        Some("off") => Policy::Off,
-        Some(other) => {
-            errs.push(
-                &a.path("policy"),
-                Some(&Value::String(other.to_owned())),
-                "must be strict, roundUp or off",
-            );
-            Policy::Strict
-        }
-    };
-    let order = match a.string("order", errs).as_deref() {
-        None | Some("age") => Order::Age,
-        Some("fewestMissing") => Order::FewestMissing,
-        Some(other) => {
-            errs.push(
-                &a.path("order"),
-                Some(&Value::String(other.to_owned())),
-                "must be age or fewestMissing",
-            );
-            Order::Age
-        }
-    };
+    let policy = a
+        .one_of(
+            "policy",
+            &[
+                ("strict", Policy::Strict),
+                ("roundUp", Policy::RoundUp),
+                ("off", Policy::Off),
+            ],
+            errs,
+        )
+        .unwrap_or_default();
+    let order = a
+        .one_of(
+            "order",
+            &[("age", Order::Age), ("fewestMissing", Order::FewestMissing)],
+            errs,
+        )
+        .unwrap_or_default();
     let deferral = deferral(a.obj_or_empty("deferral", errs), errs);
     a.finish(errs);
     (policy, order, deferral)
