@@ -150,6 +150,7 @@ fn decide(f: &Fixture) -> planner::Decision {
         elsewhere: &BTreeMap::new(),
         ungrouped_nodes: 1,
         idle_nodes: 0,
+        spill: &[],
         deferred_composites: &[],
     })
 }

@@ -28,7 +28,8 @@ pub use read::{BadLine, Reading, log_order, read_files, rotated_paths};
 pub use record::{
     CompositeSummary, DecisionEvent, DeferralEvent, DeferredSummary, Event, Extent, GangId,
     GangSummary, Outcome, OutcomeEvent, Phase, PhaseEvent, Record, ReleaseReason, RepairEvent,
-    ReservationAction, ReservationEvent, SCHEMA_VERSION, ShareSummary, Verdict, WithdrawalEvent,
+    ReservationAction, ReservationEvent, SCHEMA_VERSION, ShareSummary, SpreadPart, Verdict,
+    WithdrawalEvent,
 };
 pub use replicas::{IDENTITY, discover, read_merged, replica_log};
 pub use report::{Percentiles, Report, Stats, Window};

@@ -12,6 +12,8 @@
 //!   [`Decision`] ([`decision`]).
 //! - [`place_composites()`] and [`combine()`]: composites (CompositePodGroups) admitted whole
 //!   across node groups in one increase ([`mod@composite`]).
+//! - [`spread_shares()`]: a gang without a topology key admitted over several groups of its
+//!   pool when the asked group alone has no room for it ([`mod@spread`]).
 //! - [`capacity()`]: every gang shape against every group, with the largest admissible
 //!   `minCount`, for `plan --simulate` ([`mod@capacity`]).
 //! - [`deferrals()`]: the pending gangs to keep out of CA's scale-up now, and why
@@ -31,6 +33,7 @@ pub mod plan;
 mod predicates;
 pub mod reservation;
 pub mod shape;
+pub mod spread;
 
 pub use admit::{AdmissionInput, Elsewhere, admit};
 pub use capacity::{Capacity, GangShape, GroupCapacity, ShapeCapacity, Threshold, capacity};
@@ -40,7 +43,7 @@ pub use composite::{
 };
 pub use decision::{
     AdmittedGang, CompositeShares, CoveredGang, Decision, DeferredGang, Extent, GroupShare, Order,
-    Policy, Rule, Verdict,
+    Policy, Rule, SpreadShare, Verdict,
 };
 pub use defer::{Deferral, DeferralInput, Hold, deferrals};
 pub use explain::Reason;
@@ -48,6 +51,7 @@ pub use fit::{GangFit, check_pod, fit, nodes_for_pods};
 pub use plan::{FitOutcome, GangPlan, GroupOption, Plan, plan};
 pub use reservation::{blocking_daemon_sets, reservation_off_reason};
 pub use shape::{Allocatable, NodeShape};
+pub use spread::{Spill, spill_of, spread_shares};
 
 #[cfg(test)]
 mod tests;

@@ -1480,3 +1480,64 @@ async fn an_increase_whose_caller_stopped_waiting_while_it_queued_is_not_begun()
     assert!(e.settle(std::time::Duration::from_secs(5)).await);
     assert_eq!(e.target_size("h100").await.unwrap(), 1);
 }
+
+#[tokio::test]
+async fn one_increase_spreads_a_gang_no_group_holds_alone_over_its_pool() {
+    use gangscaler::scaleup::{Recorder, Timeouts};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let (recorder, _) =
+        Recorder::open(&path, gangscaler::audit::Config::new(), Timeouts::default()).unwrap();
+    let mut a = h100(4);
+    a.id = gangscaler::model::NodeGroupId::new("h100-a");
+    let mut b = h100(3);
+    b.id = gangscaler::model::NodeGroupId::new("h100-b");
+    // Six whole-node members: neither group's room alone (4, 3), both together.
+    let objects = gang("train", 6, 6, 8, 0, 0, "2026-11-29T10:00:00Z");
+    let e = Arc::new(
+        engine_of(vec![a, b], &objects)
+            .await
+            .with_audit(Arc::new(recorder)),
+    );
+    assert_eq!(e.increase_size("h100-a", 4).await.unwrap(), 4);
+    assert_eq!(
+        e.target_size("h100-b").await.unwrap(),
+        2,
+        "h100-b adds the other two in the same call"
+    );
+    let d = decisions(&path);
+    assert_eq!(d.len(), 2, "{d:#?}");
+    let primary = d.iter().find(|d| d.node_group == "h100-a").unwrap();
+    let share = d.iter().find(|d| d.node_group == "h100-b").unwrap();
+    assert_eq!(
+        (primary.rule.as_str(), share.rule.as_str()),
+        ("gangs_admitted", "spread_share")
+    );
+    assert_eq!((share.ca_delta, share.applied_delta), (0, 2));
+    let spread: Vec<(&str, u32)> = primary.gangs[0]
+        .spread
+        .iter()
+        .map(|s| (s.node_group.as_str(), s.nodes))
+        .collect();
+    assert_eq!(spread, [("h100-b", 2)]);
+    // h100-b's new instances are claimed for the gang, under the share's scale-up.
+    let claimed = e
+        .nodes("h100-b")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| {
+            i.claim.as_ref().is_some_and(|c| {
+                Some(&c.scale_up) == share.scale_up_id.as_ref()
+                    && c.gang == Some(("ml".to_owned(), "train".to_owned()))
+            })
+        })
+        .count();
+    assert_eq!(claimed, 2);
+    // CA asks h100-b (one node of room left) for the same pods again: nothing more for a
+    // gang covered on both groups.
+    let err = e.increase_size("h100-b", 1).await.unwrap_err();
+    assert!(matches!(err, Error::Rejected { .. }), "{err}");
+    assert!(err.to_string().contains("in flight"), "{err}");
+    assert_eq!(e.target_size("h100-b").await.unwrap(), 2);
+}

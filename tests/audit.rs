@@ -57,6 +57,7 @@ fn planner_decision(admitted: &[&str], deferred: usize) -> Decision {
             .iter()
             .map(|g| AdmittedGang {
                 repair_of: None,
+                spread: Vec::new(),
                 gang: gang_ref(g),
                 priority: 10,
                 extent: Extent::MinCount,

@@ -47,6 +47,7 @@ fn decision(id: Option<String>, group: &str, verdict: Verdict, gangs: &[&str]) -
             .iter()
             .map(|g| GangSummary {
                 repair_of: None,
+                spread: Vec::new(),
                 gang: gang(g),
                 priority: 0,
                 extent: Extent::Whole,

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use decision::{
     CompositeSummary, DecisionEvent, DeferredSummary, Extent, GangSummary, MAX_DEFERRED,
-    ShareSummary, Verdict,
+    ShareSummary, SpreadPart, Verdict,
 };
 pub use lifecycle::{
     DeferralEvent, Outcome, OutcomeEvent, Phase, PhaseEvent, ReleaseReason, RepairEvent,

@@ -251,6 +251,7 @@ pub(super) fn run_lifecycle_stress(
         }
         let summary = |side| GangSummary {
             repair_of: None,
+            spread: Vec::new(),
             gang: gang(k, side),
             priority: 0,
             extent: Extent::Whole,

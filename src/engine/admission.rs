@@ -116,7 +116,6 @@ impl GangSource for StaticObjects {
 
 #[derive(Debug, Clone)]
 struct InFlight {
-    group: NodeGroupId,
     nodes: u32,
     since_unix: i64,
     /// Failed instances charged to the gang, by id, each with the scale-up it was requested
@@ -158,7 +157,8 @@ pub struct Admission {
     policy: Policy,
     order: Order,
     source: Arc<dyn GangSource>,
-    in_flight: Mutex<BTreeMap<GangRef, InFlight>>,
+    /// Per gang and group: a gang spread over several groups has one entry on each.
+    in_flight: Mutex<BTreeMap<(GangRef, NodeGroupId), InFlight>>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -214,21 +214,34 @@ impl Admission {
         self.source.view(now_unix)
     }
 
-    /// Whether an increase of `group` may take shares of other groups for a composite in
-    /// `view` (see [`planner::considers_composites`]): only then does the decision need the
-    /// other groups' target sizes (`others` of [`Admission::decide_in`]).
+    /// Whether an increase of `group` (at `target`) may take shares of other groups: for a
+    /// composite in `view` (see [`planner::considers_composites`]), or for a pending gang
+    /// without a topology key that needs more nodes than the group has headroom (see
+    /// [`planner::spread`]). Only then does the decision need the other groups' target sizes
+    /// (`others` of [`Admission::decide_in`]).
     pub fn needs_other_groups(
         &self,
         view: &GangView,
         group: &NodeGroupSpec,
         gpu_label: &str,
+        target: u32,
     ) -> bool {
-        if self.policy == Policy::Off || view.composites.is_empty() {
+        if self.policy == Policy::Off {
             return false;
         }
-        NodeShape::from_group(group, gpu_label).is_some_and(|shape| {
-            planner::considers_composites(&view.composites, &view.gangs, &shape)
-        })
+        let Some(shape) = NodeShape::from_group(group, gpu_label) else {
+            return false;
+        };
+        let headroom = group.max_size.saturating_sub(target);
+        let spreads = view.gangs.iter().any(|g| {
+            g.is_pending()
+                && g.topology_key.is_none()
+                && g.composite.is_none()
+                && planner::fit::fit_counts(g, &shape).is_ok_and(|(all, _)| all > headroom)
+        });
+        spreads
+            || (!view.composites.is_empty()
+                && planner::considers_composites(&view.composites, &view.gangs, &shape))
     }
 
     /// [`Admission::decide_in`] a view read now.
@@ -320,6 +333,21 @@ impl Admission {
                 .collect();
             planner::nodes_for_pods(&hostable, shape).unwrap_or(0)
         });
+        let spill = if self.policy == Policy::Off {
+            Vec::new()
+        } else {
+            planner::spill_of(
+                &group.id,
+                &slots,
+                |id| {
+                    shapes
+                        .iter()
+                        .find(|(g, _, _)| &g.id == id)
+                        .map_or(0, |(g, _, _)| idle_of(view, g))
+                },
+                |id| plan.nodes_on(id),
+            )
+        };
         let mut base = planner::admit(&AdmissionInput {
             group: &group.id,
             shape: shape.as_ref(),
@@ -333,12 +361,16 @@ impl Admission {
             elsewhere: &elsewhere,
             ungrouped_nodes,
             idle_nodes: idle_of(view, group),
+            spill: &spill,
             deferred_composites: &deferred_composites,
         });
         if self.policy != Policy::Off {
             base.mark_repairs(&repairs);
         }
-        planner::combine(base, &plan, &slots, ca_delta)
+        let spread = planner::spread_shares(&base, &spill);
+        let (decision, mut companions) = planner::combine(base, &plan, &slots, ca_delta);
+        companions.extend(spread);
+        (decision, companions)
     }
 
     /// The pending gangs of `view` to keep out of CA's scale-up now (see
@@ -368,13 +400,26 @@ impl Admission {
         })
     }
 
-    /// The in-flight ledger as composite admission reads it.
+    /// The in-flight ledger as composite admission and deferral read it: per gang, its live
+    /// nodes on every group, with the group holding most of them (the first by id on a tie).
     fn ledger(&self) -> BTreeMap<GangRef, (NodeGroupId, u32)> {
-        self.in_flight
+        let ledger = self
+            .in_flight
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(g, f)| (g.clone(), (f.group.clone(), f.live())))
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut out: BTreeMap<GangRef, (NodeGroupId, u32, u32)> = BTreeMap::new();
+        for ((gang, group), f) in ledger.iter() {
+            let live = f.live();
+            let e = out
+                .entry(gang.clone())
+                .or_insert_with(|| (group.clone(), 0, live));
+            e.1 = e.1.saturating_add(live);
+            if live > e.2 {
+                (e.0, e.2) = (group.clone(), live);
+            }
+        }
+        out.into_iter()
+            .map(|(g, (group, total, _))| (g, (group, total)))
             .collect()
     }
 
@@ -384,8 +429,8 @@ impl Admission {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .filter(|(_, f)| &f.group == group)
-            .filter_map(|(g, f)| Some((g.clone(), f.repair_of()?.clone())))
+            .filter(|((_, on), _)| on == group)
+            .filter_map(|((g, _), f)| Some((g.clone(), f.repair_of()?.clone())))
             .collect()
     }
 
@@ -399,8 +444,7 @@ impl Admission {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for r in entries {
-            ledger.entry(r.gang).or_insert(InFlight {
-                group: r.group,
+            ledger.entry((r.gang, r.group)).or_insert(InFlight {
                 nodes: r.nodes,
                 since_unix: r.since_unix,
                 failed: r.failed,
@@ -408,27 +452,24 @@ impl Admission {
         }
     }
 
-    /// Remembers the nodes an applied decision requested for each admitted gang: added to
-    /// what is in flight for it on the same group (a repair, or more of a gang admitted at
-    /// `minCount`), or in place of what was on another group.
+    /// Remembers the nodes an applied decision requested for each admitted gang on its group:
+    /// added to what is in flight for it there (a repair, more of a gang admitted at
+    /// `minCount`, or a share of a spread gang). The gang's entries on other groups with no
+    /// live node left (all failed) are dropped: these nodes replace them.
     pub fn record(&self, decision: &Decision, now_unix: i64) {
         let mut ledger = self
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for a in &decision.admitted {
-            let fresh = InFlight {
-                group: decision.group.clone(),
-                nodes: 0,
-                since_unix: now_unix,
-                failed: BTreeMap::new(),
-            };
+            ledger.retain(|(g, on), f| g != &a.gang || on == &decision.group || f.live() > 0);
             let entry = ledger
-                .entry(a.gang.clone())
-                .or_insert_with(|| fresh.clone());
-            if entry.group != decision.group {
-                *entry = fresh;
-            }
+                .entry((a.gang.clone(), decision.group.clone()))
+                .or_insert_with(|| InFlight {
+                    nodes: 0,
+                    since_unix: now_unix,
+                    failed: BTreeMap::new(),
+                });
             entry.nodes = entry.nodes.saturating_add(a.nodes);
             entry.since_unix = now_unix;
         }
@@ -453,7 +494,7 @@ impl Admission {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let before = ledger.len();
-        ledger.retain(|g, f| f.group.as_str() != group || !matches(g));
+        ledger.retain(|(g, on), _| on.as_str() != group || !matches(g));
         let released = before - ledger.len();
         if released > 0 {
             tracing::info!(node_group.id = group, gangs = released, "{why}");
@@ -487,8 +528,8 @@ impl Admission {
             };
             let entry = ledger
                 .iter_mut()
-                .find(|(g, f)| f.group.as_str() == group && g.namespace == *ns && g.name == *name);
-            if let Some((gang, f)) = entry
+                .find(|((g, on), _)| on.as_str() == group && g.namespace == *ns && g.name == *name);
+            if let Some(((gang, _), f)) = entry
                 && f.failed
                     .insert(instance.to_owned(), claim.scale_up.clone())
                     .is_none()
@@ -507,8 +548,9 @@ impl Admission {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let before = ledger.len();
-        ledger
-            .retain(|g, f| f.group.as_str() != group || f.repair_of().is_none_or(|su| open(su, g)));
+        ledger.retain(|(g, on), f| {
+            on.as_str() != group || f.repair_of().is_none_or(|su| open(su, g))
+        });
         if ledger.len() < before {
             tracing::info!(
                 node_group.id = group,
@@ -552,26 +594,30 @@ impl Admission {
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        ledger.retain(|gang, f| {
+        ledger.retain(|(gang, _), f| {
             now_unix - f.since_unix < IN_FLIGHT_TTL_SECS
                 && view.gangs.iter().any(|g| &g.id == gang && g.is_pending())
         });
         let here = ledger
             .iter()
-            .filter(|(_, f)| &f.group == group)
-            .map(|(g, f)| (g.clone(), f.live()))
+            .filter(|((_, on), _)| on == group)
+            .map(|((g, _), f)| (g.clone(), f.live()))
             .collect();
-        let elsewhere = ledger
-            .iter()
-            .filter(|(_, f)| &f.group != group && f.live() > 0)
-            .map(|(g, f)| {
-                let there = planner::Elsewhere {
-                    group: f.group.clone(),
-                    short: !f.failed.is_empty(),
-                };
-                (g.clone(), there)
-            })
-            .collect();
+        let mut elsewhere: BTreeMap<GangRef, planner::Elsewhere> = BTreeMap::new();
+        for ((g, on), f) in ledger.iter() {
+            if on == group || f.live() == 0 {
+                continue;
+            }
+            let there = elsewhere
+                .entry(g.clone())
+                .or_insert_with(|| planner::Elsewhere {
+                    group: on.clone(),
+                    short: false,
+                    nodes: 0,
+                });
+            there.short |= !f.failed.is_empty();
+            there.nodes = there.nodes.saturating_add(f.live());
+        }
         (here, elsewhere)
     }
 }
@@ -802,5 +848,61 @@ status: {{phase: Pending}}
             .0;
         assert_eq!(d.applied_delta, 2, "{d:?}");
         assert!(d.covered.is_empty(), "{d:?}");
+    }
+
+    #[test]
+    fn a_gang_spread_over_two_groups_is_covered_by_both_and_repaired_where_an_instance_failed() {
+        let (admission, a) = admission();
+        let mut b = a.clone();
+        b.id = NodeGroupId::new("h100-b");
+        let now = 1_800_000_000;
+        // h100 has room for one of the two nodes: the other goes on h100-b in the same
+        // scale-up, as a decision of its own.
+        let others = [(&b, 0)];
+        assert!(admission.needs_other_groups(
+            &admission.view(now).unwrap(),
+            &a,
+            "nvidia.com/gpu.product",
+            7
+        ));
+        let (d, shares) = admission
+            .decide(&a, "nvidia.com/gpu.product", 7, 1, &others, now)
+            .unwrap();
+        assert_eq!((d.rule, d.applied_delta), (Rule::GangsAdmitted, 1), "{d:?}");
+        assert_eq!(shares.len(), 1, "{shares:?}");
+        assert_eq!((&shares[0].group, shares[0].applied_delta), (&b.id, 1));
+        admission.record(&d, now);
+        admission.record(&shares[0], now);
+        assert_eq!(
+            admission.ledger().get(&gang_ref()),
+            Some(&(a.id.clone(), 2)),
+            "one entry per gang for composites and deferral, with its nodes on both"
+        );
+        // CA asks h100-b again for the same pods: nothing is added (h100 is at its max).
+        let d = admission
+            .decide(&b, "nvidia.com/gpu.product", 1, 1, &[], now + 6)
+            .unwrap()
+            .0;
+        assert_eq!((d.rule, d.applied_delta), (Rule::AllCovered, 0), "{d:?}");
+        assert_eq!(d.covered[0].in_flight, 2, "{d:?}");
+        // h100-b's instance fails: the next call there replaces exactly it, as a repair of
+        // the scale-up it was requested for; h100's node still counts.
+        let failed = crate::model::Instance {
+            id: "kwok://h100-b-1".into(),
+            node_name: "h100-b-1".into(),
+            state: crate::model::InstanceState::Creating,
+            error: Some(crate::model::InstanceError {
+                code: crate::model::ErrorCode::Stockout,
+                message: "no capacity".into(),
+            }),
+            claim: Some(crate::model::Claim::for_gang("su-b", "ml", "train")),
+        };
+        admission.charge_failed(b.id.as_str(), &[failed]);
+        let d = admission
+            .decide(&b, "nvidia.com/gpu.product", 1, 1, &[], now + 12)
+            .unwrap()
+            .0;
+        assert_eq!(d.applied_delta, 1, "{d:?}");
+        assert_eq!(d.admitted[0].repair_of.as_deref(), Some("su-b"), "{d:?}");
     }
 }

@@ -1,5 +1,5 @@
-//! The I/O of a cross-group scale-up (a composite admitted whole across node groups inside
-//! one `NodeGroupIncreaseSize`): reading the other groups' targets, logging each decision,
+//! The I/O of a cross-group scale-up (a composite admitted whole across node groups, or a
+//! gang spread over the groups of its pool, inside one `NodeGroupIncreaseSize`): reading the other groups' targets, logging each decision,
 //! ending the recorded lifecycles when the scale-up cannot go ahead, and taking back the
 //! shares already added.
 
@@ -20,7 +20,7 @@ use crate::telemetry::Chain;
 impl Engine {
     /// The target size of every group of `cfg` but `asked`, as `(index in cfg.groups,
     /// target)`, in configuration order. A group whose backend cannot answer is left out (it
-    /// takes no share of a composite in this decision) and logged.
+    /// takes no share of a composite or spread gang in this decision) and logged.
     pub(super) async fn other_targets(
         &self,
         cfg: &Loaded,
@@ -37,7 +37,7 @@ impl Engine {
             match backend.target_size(g).await {
                 Ok(target) => out.push((i, target)),
                 Err(e) => {
-                    warn!(node_group.id = %g.id, asked = %asked.id, error = %Chain(&e), "target size unreadable: the group takes no share of a composite in this decision");
+                    warn!(node_group.id = %g.id, asked = %asked.id, error = %Chain(&e), "target size unreadable: the group takes no share of a composite or spread gang in this decision");
                 }
             }
         }
@@ -130,10 +130,10 @@ impl Engine {
             match result {
                 Ok(target) => {
                     self.note_target(g, target, false);
-                    info!(node_group.id = %g.id, nodes, target, "composite share withdrawn");
+                    info!(node_group.id = %g.id, nodes, target, "share of a cross-group scale-up withdrawn");
                 }
                 Err(e) => {
-                    error!(node_group.id = %g.id, nodes, error = %Chain(&e), "withdrawing a composite's share failed: its nodes stay until CA scales them down");
+                    error!(node_group.id = %g.id, nodes, error = %Chain(&e), "withdrawing a share of a cross-group scale-up failed: its nodes stay until CA scales them down");
                 }
             }
         }

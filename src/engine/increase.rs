@@ -4,7 +4,7 @@
 //! 1. **prepare**: the group, its backend, whether the backend registers new Nodes reserved,
 //!    and the group's target;
 //! 2. **decide**: the planner's decision for this group from the cluster view, and the
-//!    decisions of the other groups a composite takes a share of;
+//!    decisions of the other groups a composite or a spread gang takes a share of;
 //! 3. **record**: every decision durable in the audit log before any node is requested (a
 //!    refused call records its decision and stops here);
 //! 4. **apply**: the other groups' shares first, then this group; a failure takes back the
@@ -145,9 +145,9 @@ impl Engine {
         Ok(target)
     }
 
-    /// Decide: the decision for `g` and, where a composite with a child `g` hosts takes nodes
-    /// of other groups, theirs (a group whose target cannot be read takes no share). Each is
-    /// logged and counted.
+    /// Decide: the decision for `g` and, where a composite with a child `g` hosts or a gang
+    /// spread over its pool takes nodes of other groups, theirs (a group whose target cannot
+    /// be read takes no share). Each is logged and counted.
     async fn decide<'c>(
         &self,
         admission: &Admission,
@@ -160,7 +160,7 @@ impl Engine {
         let now = now_ms.div_euclid(1000);
         let gpu_label = &cfg.provider.gpu_label;
         let view = admission.view(now).map_err(|e| unavailable(g, e))?;
-        let others = if admission.needs_other_groups(&view, g, gpu_label) {
+        let others = if admission.needs_other_groups(&view, g, gpu_label, target) {
             self.other_targets(cfg, g).await
         } else {
             Vec::new()
@@ -245,8 +245,8 @@ impl Engine {
     }
 
     /// Apply: the other groups' shares first, then `g`. If one fails, `g` adds nothing, the
-    /// shares already added are taken back (no composite is scaled up in part) and every
-    /// recorded lifecycle ends as failed. Returns `g`'s new target.
+    /// shares already added are taken back (no composite or spread gang is scaled up in
+    /// part) and every recorded lifecycle ends as failed. Returns `g`'s new target.
     async fn apply(
         &self,
         g: &NodeGroupSpec,
@@ -264,7 +264,7 @@ impl Engine {
                 .increase_one(cb.as_ref(), &cg, c.applied_delta, &c_claims)
                 .await
             {
-                warn!(node_group.id = %c.group, asked = %g.id, error = %Chain(&e), "a composite's share failed: the cross-group scale-up is withdrawn");
+                warn!(node_group.id = %c.group, asked = %g.id, rule = c.rule.as_str(), error = %Chain(&e), "a share of a cross-group scale-up failed: the scale-up is withdrawn");
                 return Err(self.undo(&added, recorded, &c.group, e).await);
             }
             added.push((*spec, c.applied_delta));

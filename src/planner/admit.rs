@@ -72,6 +72,7 @@ use super::decision::{
 use super::explain::Reason;
 use super::fit::fit_counts;
 use super::shape::NodeShape;
+use super::spread::{Spill, SpillRoom, hosts_alike, split};
 
 /// Everything one admission decision depends on.
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +105,10 @@ pub struct AdmissionInput<'a> {
     /// protecting or reserving them; `cluster::idle_nodes`): credited to the candidates in
     /// admission order before fresh nodes.
     pub idle_nodes: u32,
+    /// The other groups a gang without a topology key may spread over when this group's
+    /// headroom alone does not hold it (see [`spread`](mod@super::spread)); empty to keep
+    /// every gang on this group.
+    pub spill: &'a [Spill<'a>],
     /// Composites deferred by [`place_composites`](super::place_composites) in this decision:
     /// listed first among the deferred gangs, so that under `Strict` their children's pods
     /// never get CA's delta through the "no gang needs nodes" row.
@@ -118,6 +123,8 @@ pub struct Elsewhere {
     /// Whether some of those nodes failed (their repair is due on that group): the gang is
     /// not whole on its way, so a call here for its pods still gets CA's delta.
     pub short: bool,
+    /// Its nodes in flight on every other group (more than `group`'s when it was spread).
+    pub nodes: u32,
 }
 
 /// A pending gang the group can host and whose need is not yet covered.
@@ -125,7 +132,10 @@ struct Candidate<'a> {
     gang: &'a Gang,
     nodes_all: u32,
     nodes_min: u32,
+    /// In flight for it here, and on other groups when it was spread.
     in_flight: u32,
+    /// The spill groups (indices into [`AdmissionInput::spill`]) that host it alike.
+    spill: Vec<usize>,
 }
 
 impl Candidate<'_> {
@@ -143,6 +153,14 @@ impl Candidate<'_> {
             elsewhere: None,
         }
     }
+}
+
+/// A candidate's need as [`take`] spends it: this group's headroom and idle nodes left, and
+/// the spill groups'.
+struct Room {
+    left: u32,
+    idle: u32,
+    spill: Vec<SpillRoom>,
 }
 
 /// The pending gangs, sorted out before any headroom is spent.
@@ -205,7 +223,14 @@ pub fn admit(input: &AdmissionInput<'_>) -> Decision {
 fn sort_out<'a>(input: &AdmissionInput<'a>) -> Sorted<'a> {
     let mut sorted = Sorted::default();
     for gang in input.gangs.iter().filter(|g| g.is_pending()) {
-        let in_flight = input.in_flight.get(&gang.id).copied().unwrap_or(0);
+        let here = input.in_flight.get(&gang.id).copied();
+        let other = input.elsewhere.get(&gang.id);
+        // A gang spread here and elsewhere (nodes requested on both, even if those here all
+        // failed) counts its nodes on every group.
+        let in_flight = match (here, other) {
+            (Some(here), Some(o)) => here.saturating_add(o.nodes),
+            (here, _) => here.unwrap_or(0),
+        };
         let fitted = input.shape.map(|s| (s, fit_counts(gang, s)));
         let (nodes_all, nodes_min) = match fitted {
             Some((_, Ok(counts))) => counts,
@@ -227,7 +252,7 @@ fn sort_out<'a>(input: &AdmissionInput<'a>) -> Sorted<'a> {
                 continue;
             }
         };
-        if let Some(other) = input.elsewhere.get(&gang.id) {
+        if let Some(other) = other.filter(|_| here.is_none()) {
             sorted.covered.push(CoveredGang {
                 gang: gang.id.clone(),
                 nodes_all,
@@ -242,9 +267,13 @@ fn sort_out<'a>(input: &AdmissionInput<'a>) -> Sorted<'a> {
             nodes_all,
             nodes_min,
             in_flight,
+            spill: hosts_alike(gang, (nodes_all, nodes_min), input.spill),
         };
         if nodes_all <= in_flight {
-            sorted.covered.push(candidate.covered());
+            let mut covered = candidate.covered();
+            // Spread: covered partly by another group's nodes.
+            covered.elsewhere = other.map(|o| o.group.clone());
+            sorted.covered.push(covered);
         } else {
             sorted.candidates.push(candidate);
         }
@@ -260,8 +289,11 @@ fn sort_out<'a>(input: &AdmissionInput<'a>) -> Sorted<'a> {
 /// Step 2: the headroom is spent on the candidates in order, whole, else at `minCount`, else
 /// deferred (backfill); deferred composites and held gangs are listed first.
 fn take(input: &AdmissionInput<'_>, sorted: Sorted<'_>, headroom: u32) -> Taken {
-    let mut left = headroom;
-    let mut idle = input.idle_nodes;
+    let mut room = Room {
+        left: headroom,
+        idle: input.idle_nodes,
+        spill: input.spill.iter().map(SpillRoom::new).collect(),
+    };
     let mut taken = Taken {
         admitted: Vec::new(),
         deferred: input.deferred_composites.to_vec(),
@@ -271,15 +303,21 @@ fn take(input: &AdmissionInput<'_>, sorted: Sorted<'_>, headroom: u32) -> Taken 
     for c in &sorted.candidates {
         let need_all = c.nodes_all - c.in_flight;
         let need_min = c.nodes_min.saturating_sub(c.in_flight);
+        let (left, idle) = (room.left, room.idle);
         // Idle nodes first, then fresh ones.
         let (fresh_all, fresh_min) = (need_all.saturating_sub(idle), need_min.saturating_sub(idle));
-        let (extent, nodes, credit) = if fresh_all <= left {
-            (Extent::Whole, fresh_all, need_all - fresh_all)
+        let whole_spread = || split(need_all, left, idle, &c.spill, &room.spill);
+        let (extent, part) = if fresh_all <= left {
+            (Extent::Whole, whole_here(need_all, fresh_all))
         } else if need_min == 0 {
             taken.covered.push(c.covered());
             continue;
+        } else if let Some(s) = whole_spread() {
+            (Extent::Whole, s)
         } else if fresh_min <= left {
-            (Extent::MinCount, fresh_min, need_min - fresh_min)
+            (Extent::MinCount, whole_here(need_min, fresh_min))
+        } else if let Some(s) = split(need_min, left, idle, &c.spill, &room.spill) {
+            (Extent::MinCount, s)
         } else {
             taken.deferred.push(DeferredGang {
                 gang: c.gang.id.clone(),
@@ -293,21 +331,32 @@ fn take(input: &AdmissionInput<'_>, sorted: Sorted<'_>, headroom: u32) -> Taken 
             });
             continue;
         };
-        left -= nodes;
-        idle -= credit;
+        room.left -= part.here;
+        room.idle -= part.credit;
+        let spread = part.spend(&mut room.spill, input.spill);
         taken.admitted.push(AdmittedGang {
             gang: c.gang.id.clone(),
             priority: c.gang.priority,
             extent,
-            nodes,
-            idle: credit,
+            nodes: part.here,
+            idle: part.credit,
             nodes_all: c.nodes_all,
             nodes_min: c.nodes_min,
             in_flight: c.in_flight,
             repair_of: None,
+            spread,
         });
     }
     taken
+}
+
+/// A need met on this group alone: `fresh` nodes, the rest idle.
+fn whole_here(need: u32, fresh: u32) -> super::spread::Split {
+    super::spread::Split {
+        here: fresh,
+        credit: need - fresh,
+        shares: Vec::new(),
+    }
 }
 
 /// Step 3: the row of the table in the module docs, and the nodes it wants before the

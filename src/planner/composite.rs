@@ -297,6 +297,7 @@ fn place_one(
                     nodes_min: min,
                     in_flight: 0,
                     repair_of: None,
+                    spread: Vec::new(),
                 });
             }
             Err(why) => {

@@ -110,6 +110,9 @@ pub enum Rule {
     CompositeAdmitted,
     /// This group adds its share of a composite admitted on another group's increase.
     CompositeShare,
+    /// This group adds its share of a gang spread over the groups of its pool, admitted on
+    /// another group's increase (see [`admit`](mod@super::admit), spread).
+    SpreadShare,
 }
 
 impl Rule {
@@ -126,6 +129,7 @@ impl Rule {
             Self::AllCovered => "all_covered",
             Self::CompositeAdmitted => "composite_admitted",
             Self::CompositeShare => "composite_share",
+            Self::SpreadShare => "spread_share",
         }
     }
 }
@@ -165,6 +169,33 @@ pub struct AdmittedGang {
     /// The scale-up whose failed instances these nodes replace: set by the caller, which
     /// keeps the in-flight ledger, for a gang whose in-flight nodes failed on this group.
     pub repair_of: Option<String>,
+    /// The nodes other groups add for it in the same scale-up, when this group's headroom
+    /// alone does not hold its need (a gang without a topology key, spread over the groups
+    /// that host it alike); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spread: Vec<SpreadShare>,
+}
+
+/// Another group's part of a spread gang's nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadShare {
+    /// The group.
+    pub group: NodeGroupId,
+    /// Fresh nodes it adds for the gang.
+    pub nodes: u32,
+    /// Its idle Ready nodes credited to the gang before fresh ones.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub idle: u32,
+}
+
+impl AdmittedGang {
+    /// Fresh nodes added for it on every group: here and its spread shares.
+    pub fn nodes_everywhere(&self) -> u32 {
+        self.spread
+            .iter()
+            .fold(self.nodes, |n, s| n.saturating_add(s.nodes))
+    }
 }
 
 /// A gang this group could host but that does not fit the headroom left, or that is held
@@ -343,6 +374,25 @@ fn deferred_names(d: &Decision) -> String {
     })
 }
 
+/// The other groups' shares of a spread gang, e.g. ` (+ 17 on gpu-b)`; empty when none.
+fn spread_names(a: &AdmittedGang) -> String {
+    if a.spread.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = a
+        .spread
+        .iter()
+        .map(|s| {
+            if s.idle > 0 {
+                format!("{} + {} idle on {}", s.nodes, s.idle, s.group)
+            } else {
+                format!("{} on {}", s.nodes, s.group)
+            }
+        })
+        .collect();
+    format!(" (+ {}, spread)", parts.join(", "))
+}
+
 fn covered_names(d: &Decision) -> String {
     names(&d.covered, |c| match &c.elsewhere {
         Some(group) => format!("{} on node group {group}", c.gang),
@@ -389,10 +439,15 @@ pub(super) fn explain(d: &Decision, no_template: bool) -> String {
                             "{} {}{idle} replacing failed instances of {of}",
                             a.gang, a.nodes
                         ),
-                        (None, Extent::Whole) => format!("{} {}{idle}", a.gang, a.nodes),
-                        (None, Extent::MinCount) => {
-                            format!("{} {}{idle} for minCount", a.gang, a.nodes)
+                        (None, Extent::Whole) => {
+                            format!("{} {}{idle}{}", a.gang, a.nodes, spread_names(a))
                         }
+                        (None, Extent::MinCount) => format!(
+                            "{} {}{idle}{} for minCount",
+                            a.gang,
+                            a.nodes,
+                            spread_names(a)
+                        ),
                     }
                 })
             )
@@ -422,8 +477,8 @@ pub(super) fn explain(d: &Decision, no_template: bool) -> String {
             covered_names(d),
             d.target
         ),
-        // Written by `combine`, which builds these decisions.
-        Rule::CompositeAdmitted | Rule::CompositeShare => String::new(),
+        // Written by `combine` and `spread_shares`, which build these decisions.
+        Rule::CompositeAdmitted | Rule::CompositeShare | Rule::SpreadShare => String::new(),
     };
     if d.capped {
         let _ = write!(s, "; capped at headroom {h}");

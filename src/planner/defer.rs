@@ -24,8 +24,11 @@
 //!    resolve), and a call for it would be refused.
 //! 4. Otherwise the gang takes its whole need from the hosting group with the most headroom
 //!    left (ties by id), else its `minCount` need, spending the group's idle Ready nodes
-//!    (`idle`, as admission credits them) before its headroom; if no group has room for
-//!    either, it waits:
+//!    (`idle`, as admission credits them) before its headroom; a gang without a topology key
+//!    that no group holds alone may instead take it over several groups that host it with
+//!    the same node counts, most headroom first (as admission spreads it, see
+//!    [`spread`](mod@super::spread)): its whole need, else its `minCount` need; if there is no
+//!    room for either, it waits:
 //!    **behind** the gangs taken before it when some hosting group had room for it before
 //!    them, else **no room**.
 //!
@@ -190,7 +193,7 @@ pub fn deferrals(input: &DeferralInput<'_>) -> Vec<Deferral> {
 }
 
 /// What one gang needs of one group: `(nodes_all, nodes_min)` minus what is in flight there.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Need {
     all: u32,
     min: u32,
@@ -222,6 +225,50 @@ fn missing(
         })
         .min()
         .unwrap_or(u32::MAX)
+}
+
+/// Takes a need no hosting group holds alone over several that host the gang alike (the same
+/// [`Need`]), most headroom left first, idle nodes before headroom: the whole need, else the
+/// `minCount` need. Returns whether it was taken.
+fn spread_over(gang: &GangRef, hosting: &[(usize, Need)], rooms: &mut [Room<'_>]) -> bool {
+    let wants: [fn(&Need) -> u32; 2] = [|n| n.all, |n| n.min];
+    for want in wants {
+        for (_, class) in hosting {
+            let mut alike: Vec<usize> = hosting
+                .iter()
+                .filter(|(_, n)| n == class)
+                .map(|(i, _)| *i)
+                .collect();
+            let need = want(class);
+            let room: u32 = alike
+                .iter()
+                .map(|i| rooms[*i].left.saturating_add(rooms[*i].idle))
+                .sum();
+            if alike.len() < 2 || need == 0 || room < need {
+                continue;
+            }
+            alike.sort_by(|a, b| {
+                rooms[*b]
+                    .left
+                    .cmp(&rooms[*a].left)
+                    .then_with(|| rooms[*a].slot.id.cmp(rooms[*b].slot.id))
+            });
+            let mut rest = need;
+            for i in alike {
+                let idle = rest.min(rooms[i].idle);
+                let fresh = (rest - idle).min(rooms[i].left);
+                if idle + fresh == 0 {
+                    continue;
+                }
+                rooms[i].idle -= idle;
+                rooms[i].left -= fresh;
+                rooms[i].last = Some(gang.clone());
+                rest -= idle + fresh;
+            }
+            return true;
+        }
+    }
+    false
 }
 
 /// Takes `gang`'s need from `rooms`, or says why it is held.
@@ -291,6 +338,13 @@ fn hold(
         rooms[i].idle -= credit;
         rooms[i].left -= nodes - credit;
         rooms[i].last = Some(gang.id.clone());
+        return None;
+    }
+    if flying.is_none()
+        && gang.topology_key.is_none()
+        && gang.composite.is_none()
+        && spread_over(&gang.id, &hosting, rooms)
+    {
         return None;
     }
     let need = hosting.iter().map(|(_, n)| n.min).min().unwrap_or(0);

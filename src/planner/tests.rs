@@ -19,6 +19,7 @@ mod fit;
 mod plan;
 mod props;
 mod shape;
+mod spread;
 
 /// `gangs`, shared as views hand them out.
 pub(super) fn arcs(gangs: Vec<Gang>) -> Vec<std::sync::Arc<Gang>> {

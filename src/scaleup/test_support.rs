@@ -36,6 +36,7 @@ pub(crate) fn decision(id: Option<&str>, verdict: Verdict, gangs: &[&str]) -> De
                 idle: 0,
                 in_flight: 0,
                 repair_of: None,
+                spread: Vec::new(),
             })
             .collect(),
         deferred: Vec::new(),

@@ -2,9 +2,9 @@
 //! kube-controller-manager, kwok; see `harness.rs`) and the real cluster-autoscaler, built
 //! from the upstream sources in `../shared/cluster-autoscaler`.
 //!
-//! - `ca_scaleup`, `ca_lifecycle`, `ca_repair`, `ca_wire`, `ca_ha`: every gang scenario, driven by CA calling
-//!   gangscaler over `externalgrpc` (see `scenario.rs`); each records a row of
-//!   `docs/e2e-results.md`.
+//! - `ca_scaleup`, `ca_lifecycle`, `ca_repair`, `ca_spread`, `ca_wire`, `ca_ha`: every gang
+//!   scenario, driven by CA calling gangscaler over `externalgrpc` (see `scenario.rs`); each
+//!   records a row of `docs/e2e-results.md`.
 //! - `alone`: gangscaler without CA (the kwok backend, the cluster view, and gangscaler's own
 //!   side of the gRPC contract).
 //! - `doctor`: `gangscaler doctor` against the row's control plane, with the harness's own CA
@@ -40,6 +40,7 @@ mod ca_ha;
 mod ca_lifecycle;
 mod ca_repair;
 mod ca_scaleup;
+mod ca_spread;
 mod ca_wire;
 mod capi;
 mod chart;

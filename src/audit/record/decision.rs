@@ -52,6 +52,23 @@ pub struct GangSummary {
     /// the gang. Absent for a fresh admission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair_of: Option<String>,
+    /// The other groups' shares of a gang spread over its pool in the same scale-up (each
+    /// also has a decision of its own, rule `spread_share`); absent when it was not spread.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spread: Vec<SpreadPart>,
+}
+
+/// Another group's share of a spread gang in a [`GangSummary`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadPart {
+    /// The group.
+    pub node_group: String,
+    /// Fresh nodes it adds for the gang.
+    pub nodes: u32,
+    /// Its idle Ready nodes credited to the gang; absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub idle: u32,
 }
 
 /// A deferred gang in a [`DecisionEvent`].
@@ -252,6 +269,15 @@ impl From<&planner::Decision> for DecisionEvent {
                     idle: a.idle,
                     in_flight: a.in_flight,
                     repair_of: a.repair_of.clone(),
+                    spread: a
+                        .spread
+                        .iter()
+                        .map(|p| SpreadPart {
+                            node_group: p.group.to_string(),
+                            nodes: p.nodes,
+                            idle: p.idle,
+                        })
+                        .collect(),
                 })
                 .collect(),
             deferred: d

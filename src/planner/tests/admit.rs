@@ -83,6 +83,7 @@ impl Case {
             elsewhere: &self.elsewhere,
             ungrouped_nodes: self.ungrouped,
             idle_nodes: self.idle,
+            spill: &[],
             deferred_composites: &[],
         })
     }
@@ -320,6 +321,7 @@ fn strict_adds_no_node_for_a_gang_whose_nodes_are_in_flight_on_another_group() {
     let there = Elsewhere {
         group: NodeGroupId::new("h100-b"),
         short: false,
+        nodes: 4,
     };
     c.elsewhere = BTreeMap::from([(g.id.clone(), there.clone())]);
     let d = c.decide();
@@ -430,6 +432,7 @@ fn a_group_without_a_template_hosts_no_gang() {
         elsewhere: &BTreeMap::new(),
         ungrouped_nodes: 0,
         idle_nodes: 0,
+        spill: &[],
         deferred_composites: &[],
     });
     assert_eq!(

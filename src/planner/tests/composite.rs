@@ -130,6 +130,7 @@ impl World {
             elsewhere: &BTreeMap::new(),
             ungrouped_nodes: 0,
             idle_nodes: 0,
+            spill: &[],
             deferred_composites: &deferred,
         });
         combine(base, &plan, &self.slots(), ca)

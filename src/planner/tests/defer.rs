@@ -146,8 +146,9 @@ fn a_higher_priority_gang_goes_first_whatever_its_age() {
 }
 
 #[test]
-fn a_gang_larger_than_any_groups_room_has_no_room_and_smaller_ones_still_go() {
-    let d = fleet(&[("a", 8, 4), ("b", 8, 6)])
+fn a_gang_larger_than_its_pools_room_has_no_room_and_smaller_ones_still_go() {
+    // 4 + 1 left: not 6 even spread over both.
+    let d = fleet(&[("a", 8, 4), ("b", 8, 7)])
         .defer(vec![whole("big", 6, 6, 1), whole("small", 2, 2, 2)]);
     assert_eq!(holds(&d), [("big", "no_room")]);
     assert_eq!(
@@ -229,4 +230,22 @@ fn idle_nodes_are_spent_before_headroom_in_admission_order() {
         .idle("a", 3)
         .defer(vec![whole("old", 3, 3, 1)]);
     assert!(d.is_empty(), "{d:?}");
+}
+
+#[test]
+fn a_gang_no_group_holds_alone_goes_spread_over_its_pool_unless_it_has_a_topology_key() {
+    // 4 + 2 left: the 6-node gang spreads (as admission would admit it), and then leaves
+    // no room for the next one.
+    let f = fleet(&[("a", 8, 4), ("b", 8, 6)]);
+    let d = f.defer(vec![whole("big", 6, 6, 1), whole("small", 1, 1, 2)]);
+    assert_eq!(holds(&d), [("small", "behind")]);
+    // A topology key keeps it to one group: no room.
+    let keyed = gang("keyed")
+        .min(6)
+        .created(1)
+        .topology(labels::ZONE)
+        .members(6, |p| p.gpus(8).gpu_tolerant())
+        .build();
+    let d = fleet(&[("a", 8, 4), ("b", 8, 6)]).defer(vec![keyed]);
+    assert_eq!(holds(&d), [("keyed", "no_room")]);
 }

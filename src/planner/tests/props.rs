@@ -9,7 +9,9 @@ use proptest::prelude::*;
 
 use crate::model::{Capacity, TaintEffect, quantity::Quantity};
 use crate::planner::fit::fit_counts;
-use crate::planner::{AdmissionInput, Order, Policy, Reason, Verdict, admit, fit};
+use crate::planner::{
+    AdmissionInput, GroupSlot, Order, Policy, Reason, Spill, Verdict, admit, fit, spread_shares,
+};
 
 use super::*;
 
@@ -349,6 +351,7 @@ proptest! {
         (max, target, ca, ungrouped) in (0u32..20, 0u32..24, 1u32..20, 0u32..5),
         policy in prop_oneof![Just(Policy::Strict), Just(Policy::RoundUp), Just(Policy::Off)],
         order in prop_oneof![Just(Order::Age), Just(Order::FewestMissing)],
+        (spill_max, spill_target, spill_idle) in (0u32..12, 0u32..12, 0u32..3),
     ) {
         let mut in_flight = BTreeMap::new();
         let gangs: Vec<Gang> = gangs
@@ -364,6 +367,18 @@ proptest! {
                 gang
             })
             .collect();
+        // Another group of the same shape the gangs may spread over.
+        let other = crate::model::NodeGroupId::new("spill");
+        let spill = [Spill {
+            slot: GroupSlot {
+                id: &other,
+                shape: Some(&s),
+                target: spill_target,
+                max_size: spill_max,
+            },
+            idle: spill_idle,
+            taken: 0,
+        }];
         let input = AdmissionInput {
             group: s.group(),
             shape: Some(&s),
@@ -377,6 +392,7 @@ proptest! {
             elsewhere: &BTreeMap::new(),
             ungrouped_nodes: ungrouped,
             idle_nodes: 0,
+            spill: &spill,
             deferred_composites: &[],
         };
         let d = admit(&input);
@@ -394,13 +410,28 @@ proptest! {
         if policy != Policy::Off && d.verdict == Verdict::Accept {
             prop_assert!(d.applied_delta >= admitted);
         }
+        // The spill group gives at most its headroom, and exactly what its decision adds.
+        let spread: u32 = d.admitted.iter().flat_map(|a| &a.spread).map(|p| p.nodes).sum();
+        prop_assert!(spread <= spill_max.saturating_sub(spill_target));
+        let shares = spread_shares(&d, &spill);
+        prop_assert_eq!(shares.iter().map(|x| x.applied_delta).sum::<u32>(), spread);
         if policy == Policy::Strict {
             for a in &d.admitted {
                 let gang = gangs.iter().find(|x| x.id == a.gang).unwrap();
                 let (all, min) = fit_counts(gang, &s).unwrap();
-                prop_assert!(a.nodes >= min.saturating_sub(a.in_flight));
-                prop_assert!(a.nodes <= all.saturating_sub(a.in_flight));
+                // Whole or minCount over every group, never part of it.
+                let everywhere = a.nodes_everywhere()
+                    + a.spread.iter().map(|p| p.idle).sum::<u32>();
+                prop_assert!(everywhere >= min.saturating_sub(a.in_flight));
+                prop_assert!(everywhere <= all.saturating_sub(a.in_flight));
                 prop_assert!(a.nodes > 0);
+                if !a.spread.is_empty() {
+                    prop_assert!(gang.topology_key.is_none());
+                    prop_assert!(
+                        everywhere == all.saturating_sub(a.in_flight)
+                            || everywhere == min.saturating_sub(a.in_flight)
+                    );
+                }
             }
             if !d.admitted.is_empty() {
                 prop_assert!(d.applied_delta <= admitted + ungrouped);
