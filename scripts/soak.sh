@@ -3,7 +3,7 @@
 # needs, writes one trace, replays it under each arm in turn (a fresh control plane, CA and
 # gangscaler per run) and prints the report table. Not part of CI.
 #
-# Usage: scripts/soak.sh --matrix --campaign NAME [--cells CELL,...]
+# Usage: scripts/soak.sh --matrix --campaign NAME [--cells CELL,...] [--replace]
 #        scripts/soak.sh [--policy strict|off|reserve|defer|fewest|both|all] [--seed S[,S...]]
 #                        [--capacity-ratio R[,R...]] [trace options]
 #   --matrix             the scarcity soak of docs/soak.md: runs each cell RATIO:SEED:ARM[#N]
@@ -11,6 +11,8 @@
 #                        tests/soak/runs/NAME/, and writes it there (default cells: seeds 1
 #                        and 2 at ratio 0.6 and seed 1 at 1.2, arms off, strict, defer, reserve, and
 #                        0.6:1:off#2). Needs a clean work tree: the summary names the commit.
+#   --replace            with --matrix: re-measure the cells named even when their summary is
+#                        kept (the new summary replaces it; git keeps the old one)
 #   --policy             one arm, both (strict, then off) or all (off, strict, then reserve:
 #                        strict with node reservation on); defer is strict with
 #                        admission.deferral on (docs/deferral.md); fewest is strict with
@@ -26,19 +28,20 @@
 # each run's control-plane logs (their folder is printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-policy=all seed=1 ratio=0.6 matrix=0 campaign="" cells=""
+policy=all seed=1 ratio=0.6 matrix=0 campaign="" cells="" replace=0
 targs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --matrix) matrix=1; shift ;;
     --campaign) campaign=$2; shift 2 ;;
     --cells) cells=$2; shift 2 ;;
+    --replace) replace=1; shift ;;
     --policy) policy=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --capacity-ratio) ratio=$2; shift 2 ;;
     --minutes|--warmup-minutes|--drain-minutes|--peak-nodes|--run-minutes|--give-up-minutes|\
     --provision-seconds|--stockout) targs+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -93,7 +96,7 @@ for run in $runs; do
   IFS=: read -r r sd p rep <<<"$run"
   name=ratio$r-seed$sd-$p$([ "$rep" = 1 ] || echo "-$rep")
   kept=tests/soak/runs/$campaign/$name.json
-  if [ "$matrix" = 1 ] && [ -e "$kept" ]; then
+  if [ "$matrix" = 1 ] && [ "$replace" = 0 ] && [ -e "$kept" ]; then
     log "$name: $kept is kept already; skipped"
     continue
   fi
