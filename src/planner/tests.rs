@@ -196,6 +196,16 @@ impl GangBuilder {
     }
 }
 
+/// A gang of `n` members created at `created` that each need a whole 8-GPU node, `min` of
+/// them required.
+pub(super) fn whole(name: &str, n: usize, min: u32, created: i64) -> Gang {
+    gang(name)
+        .min(min)
+        .created(created)
+        .members(n, |p| p.gpus(8).gpu_tolerant())
+        .build()
+}
+
 /// A group of 8-CPU/32Gi/100Gi/110-pod nodes (see [`testing::group`]).
 pub(super) fn cpu_group(id: &str, max: u32) -> NodeGroupSpec {
     testing::group(id, 0, max)

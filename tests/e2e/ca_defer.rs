@@ -10,7 +10,7 @@ use gangscaler::model::labels::{CA_POD_SCALE_UP_DELAY, DEFERRED};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
-use super::harness::{eventually, metric_value};
+use super::harness::eventually;
 use super::scenario::{GangSpec, Group, Row, Scenario, Setup};
 
 /// The `deferral` records so far, in order.
@@ -85,20 +85,7 @@ async fn ca_defer_keeps_a_gang_that_cannot_fit_out_of_cas_scale_up_until_room_ap
         "CA asked nothing while the gang was deferred: {:?}",
         s.decisions("gpu")
     );
-    let ca_metrics = s.ca.metrics_text().await;
-    let failed = metric_value(
-        &ca_metrics,
-        "cluster_autoscaler_failed_scale_ups_total",
-        &[("reason", "cloudProviderError")],
-    );
-    assert!(
-        failed.is_none_or(|v| v == 0.0),
-        "CA counted no failed scale-up: {failed:?}"
-    );
-    assert!(
-        s.ca.lines("Disabling scale-up for node group").is_empty(),
-        "CA backed no group off"
-    );
+    s.assert_ca_never_refused().await;
     assert!(
         !s.ca.lines("too new to consider unschedulable").is_empty()
             || !s.ca.lines("No unschedulable pods").is_empty(),

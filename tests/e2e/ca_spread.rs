@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use gangscaler::audit::Verdict;
 
-use super::harness::metric_value;
 use super::scenario::{GangSpec, Group, Row, Scenario, Setup};
 
 #[tokio::test]
@@ -58,20 +57,7 @@ async fn ca_spread_admits_a_gang_no_group_holds_alone_over_both_groups_of_its_po
         .filter(|n| nodes.contains(n))
         .collect();
     assert_eq!(groups.len(), 5, "the gang runs on both groups' new nodes");
-    let ca_metrics = s.ca.metrics_text().await;
-    let failed = metric_value(
-        &ca_metrics,
-        "cluster_autoscaler_failed_scale_ups_total",
-        &[("reason", "cloudProviderError")],
-    );
-    assert!(
-        failed.is_none_or(|v| v == 0.0),
-        "CA counted no failed scale-up: {failed:?}"
-    );
-    assert!(
-        s.ca.lines("Disabling scale-up for node group").is_empty(),
-        "CA backed no group off"
-    );
+    s.assert_ca_never_refused().await;
     Row::new(
         &s,
         "spread over its pool (5 × 8 GPU, two groups of max 3)",

@@ -18,7 +18,7 @@ use rcgen::ExtendedKeyUsagePurpose;
 
 use super::harness::{
     self, Autoscaler, AutoscalerSpec, Cluster, Forwarder, Proc, TestCa, Transport, Versions,
-    eventually, free_port, write,
+    eventually, free_port, metric_value, write,
 };
 use super::idle::{Attribution, NodeFacts, NodeLives};
 use super::{capi, chart};
@@ -674,6 +674,27 @@ impl Scenario {
             .await
             .expect("gangscaler /metrics")
             .1
+    }
+
+    /// Fails the test if CA counted a failed scale-up on gangscaler's answer or backed a group
+    /// off.
+    pub async fn assert_ca_never_refused(&self) {
+        let ca_metrics = self.ca.metrics_text().await;
+        let failed = metric_value(
+            &ca_metrics,
+            "cluster_autoscaler_failed_scale_ups_total",
+            &[("reason", "cloudProviderError")],
+        );
+        assert!(
+            failed.is_none_or(|v| v == 0.0),
+            "CA counted no failed scale-up: {failed:?}"
+        );
+        assert!(
+            self.ca
+                .lines("Disabling scale-up for node group")
+                .is_empty(),
+            "CA backed no group off"
+        );
     }
 
     /// Fails the test if CA or gangscaler has exited.

@@ -7,15 +7,6 @@ use crate::planner::{Deferral, DeferralInput, GroupSlot, Hold, Order, Policy, Re
 
 use super::*;
 
-/// A gang of `n` members that each need a whole 8-GPU node, `min` of them required.
-fn whole(name: &str, n: usize, min: u32, created: i64) -> Gang {
-    gang(name)
-        .min(min)
-        .created(created)
-        .members(n, |p| p.gpus(8).gpu_tolerant())
-        .build()
-}
-
 struct Fleet {
     groups: Vec<(NodeGroupSpec, NodeShape, u32)>,
     in_flight: BTreeMap<GangRef, (NodeGroupId, u32)>,

@@ -11,15 +11,6 @@ use crate::planner::{
 
 use super::*;
 
-/// A gang of `n` members that each need a whole 8-GPU node.
-fn whole(name: &str, n: usize, min: u32, created: i64) -> Gang {
-    gang(name)
-        .min(min)
-        .created(created)
-        .members(n, |p| p.gpus(8).gpu_tolerant())
-        .build()
-}
-
 /// A group, its shape, its target and its idle nodes.
 struct Group {
     spec: NodeGroupSpec,
