@@ -152,6 +152,7 @@ fn decide(f: &Fixture) -> planner::Decision {
         idle_nodes: 0,
         spill: &[],
         deferred_composites: &[],
+        repair_where_asked: false,
     })
 }
 

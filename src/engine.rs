@@ -69,6 +69,9 @@ pub struct Engine {
     /// Held by each `NodeGroupIncreaseSize` from its first read to its last write: calls
     /// are decided and applied one at a time, so no two decide from the same view.
     increases: Arc<tokio::sync::Mutex<()>>,
+    /// Notified after each scale-up applied: the lifecycle loop then ticks at once (see
+    /// [`crate::scaleup::InstanceSource::scaled_up`]).
+    scaled_up: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -110,6 +113,7 @@ impl Engine {
             reservation_off: std::sync::Mutex::new(BTreeMap::new()),
             backend_blockers: std::sync::Mutex::new(BTreeMap::new()),
             increases: Arc::new(tokio::sync::Mutex::new(())),
+            scaled_up: Arc::new(tokio::sync::Notify::new()),
         };
         let loaded = engine.config.load_full();
         engine.sync(&loaded.groups).await?;
@@ -144,6 +148,15 @@ impl Engine {
     ) -> Self {
         self.admission = Some(admission::Admission::new(policy, order, source));
         self.resume_in_flight();
+        self
+    }
+
+    /// With deferral on: a gang some of whose nodes on another group failed is repaired on
+    /// the group CA asks, with only its missing nodes (see
+    /// [`admission::Admission::with_repair_where_asked`]). No effect without admission.
+    #[must_use]
+    pub fn with_repair_where_asked(mut self, on: bool) -> Self {
+        self.admission = self.admission.map(|a| a.with_repair_where_asked(on));
         self
     }
 

@@ -12,6 +12,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures::FutureExt;
+
 use gangscaler::cluster::{GangView, ObjectSet};
 use gangscaler::engine::admission::{GangSource, StaticObjects, Unavailable};
 use gangscaler::engine::{Engine, Error};
@@ -22,6 +24,7 @@ use gangscaler::model::{Claim, GpuSpec, NodeGroupSpec, Taint, TaintEffect, quant
 use gangscaler::planner::Policy;
 use gangscaler::provision::memory::MemoryProvisioner;
 use gangscaler::provision::{NodeRef, Provisioner};
+use gangscaler::scaleup::InstanceSource;
 use gangscaler::testing;
 
 /// An 8x H100 group with an attach limit of 4 volumes per node for `ebs.csi.aws.com`.
@@ -101,6 +104,7 @@ async fn strict_rejects_a_partial_scale_up_and_off_accepts_it() {
     // minCount 8, each member needs a whole 8-GPU node, but max size allows only 5.
     let objects = gang("train", 8, 8, 8, 0, 0, "2026-11-29T10:00:00Z");
     let strict = Arc::new(engine(h100(5), Policy::Strict, &objects).await);
+    let scaled_up = strict.scaled_up().expect("the engine notifies scale-ups");
     let err = strict.increase_size("h100", 5).await.unwrap_err();
     assert!(matches!(err, Error::Rejected { .. }), "{err}");
     assert_eq!(status::code(&err), tonic::Code::FailedPrecondition);
@@ -114,12 +118,21 @@ async fn strict_rejects_a_partial_scale_up_and_off_accepts_it() {
         0,
         "no node added"
     );
+    assert!(
+        scaled_up.notified().now_or_never().is_none(),
+        "a refusal wakes no lifecycle tick"
+    );
 
     let off = Arc::new(engine(h100(5), Policy::Off, &objects).await);
+    let scaled_up = off.scaled_up().expect("the engine notifies scale-ups");
     assert_eq!(
         off.increase_size("h100", 5).await.unwrap(),
         5,
         "off applies CA's delta: 5 idle nodes"
+    );
+    assert!(
+        scaled_up.notified().now_or_never().is_some(),
+        "an applied scale-up wakes the lifecycle loop"
     );
 }
 

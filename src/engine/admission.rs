@@ -159,6 +159,8 @@ pub struct Admission {
     source: Arc<dyn GangSource>,
     /// Per gang and group: a gang spread over several groups has one entry on each.
     in_flight: Mutex<BTreeMap<(GangRef, NodeGroupId), InFlight>>,
+    /// Whether a gang short on another group is repaired where CA asks (with deferral on).
+    repair_where_asked: bool,
 }
 
 impl std::fmt::Debug for Admission {
@@ -178,7 +180,17 @@ impl Admission {
             order,
             source,
             in_flight: Mutex::new(BTreeMap::new()),
+            repair_where_asked: false,
         }
+    }
+
+    /// Repairs a gang some of whose nodes on another group failed on the group CA asks, with
+    /// only its missing nodes (see [`planner::AdmissionInput::repair_where_asked`]): for use
+    /// with deferral, which keeps the gang out of CA's later asks once it is covered again.
+    #[must_use]
+    pub fn with_repair_where_asked(mut self, on: bool) -> Self {
+        self.repair_where_asked = on;
+        self
     }
 
     /// The policy.
@@ -215,10 +227,12 @@ impl Admission {
     }
 
     /// Whether an increase of `group` (at `target`) may take shares of other groups: for a
-    /// composite in `view` (see [`planner::considers_composites`]), or for a pending gang
+    /// composite in `view` (see [`planner::considers_composites`]), for a pending gang
     /// without a topology key that needs more nodes than the group has headroom (see
-    /// [`planner::spread`]). Only then does the decision need the other groups' target sizes
-    /// (`others` of [`Admission::decide_in`]).
+    /// [`planner::spread`]), or for a gang whose nodes are in flight on another group only
+    /// (admission counts them when that group hosts it alike, see
+    /// [`planner::AdmissionInput::elsewhere`]). Only then does the decision need
+    /// the other groups' target sizes (`others` of [`Admission::decide_in`]).
     pub fn needs_other_groups(
         &self,
         view: &GangView,
@@ -240,8 +254,22 @@ impl Admission {
                 && planner::fit::fit_counts(g, &shape).is_ok_and(|(all, _)| all > headroom)
         });
         spreads
+            || self.in_flight_elsewhere(&group.id)
             || (!view.composites.is_empty()
                 && planner::considers_composites(&view.composites, &view.gangs, &shape))
+    }
+
+    /// Whether a gang has live nodes in flight on a group other than `group` and none on
+    /// `group`: whether they cover it there is for admission to compare, on that group's
+    /// shape.
+    fn in_flight_elsewhere(&self, group: &NodeGroupId) -> bool {
+        let ledger = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        ledger.iter().any(|((gang, on), f)| {
+            on != group && f.live() > 0 && !ledger.contains_key(&(gang.clone(), group.clone()))
+        })
     }
 
     /// [`Admission::decide_in`] a view read now.
@@ -363,6 +391,7 @@ impl Admission {
             idle_nodes: idle_of(view, group),
             spill: &spill,
             deferred_composites: &deferred_composites,
+            repair_where_asked: self.repair_where_asked,
         });
         if self.policy != Policy::Off {
             base.mark_repairs(&repairs);

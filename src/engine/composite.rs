@@ -20,21 +20,23 @@ use crate::telemetry::Chain;
 impl Engine {
     /// The target size of every group of `cfg` but `asked`, as `(index in cfg.groups,
     /// target)`, in configuration order. A group whose backend cannot answer is left out (it
-    /// takes no share of a composite or spread gang in this decision) and logged.
+    /// takes no share of a composite or spread gang in this decision) and logged. The reads
+    /// go out together: the call waits for the slowest backend, not for their sum.
     pub(super) async fn other_targets(
         &self,
         cfg: &Loaded,
         asked: &NodeGroupSpec,
     ) -> Vec<(usize, u32)> {
+        let reads = cfg
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.id != asked.id)
+            .filter_map(|(i, g)| self.backend(g).ok().map(|b| (i, g, b)))
+            .map(|(i, g, backend)| async move { (i, g, backend.target_size(g).await) });
         let mut out = Vec::with_capacity(cfg.groups.len());
-        for (i, g) in cfg.groups.iter().enumerate() {
-            if g.id == asked.id {
-                continue;
-            }
-            let Ok(backend) = self.backend(g) else {
-                continue;
-            };
-            match backend.target_size(g).await {
+        for (i, g, read) in futures::future::join_all(reads).await {
+            match read {
                 Ok(target) => out.push((i, target)),
                 Err(e) => {
                     warn!(node_group.id = %g.id, asked = %asked.id, error = %Chain(&e), "target size unreadable: the group takes no share of a composite or spread gang in this decision");

@@ -131,6 +131,7 @@ impl Engine {
         self.check_leader()?;
         let recorded = self.record(g, &plan, now_ms)?;
         let new_target = self.apply(g, backend.as_ref(), &plan, &recorded).await?;
+        self.scaled_up.notify_one();
         self.publish(admission, &plan, now_ms.div_euclid(1000));
         info!(node_group.id = %g.id, ca_delta = delta, applied_delta = plan.decision.applied_delta, target = new_target, companions = plan.companions.len(), "target size increased");
         Ok(new_target)

@@ -37,6 +37,11 @@ impl InstanceSource for Engine {
             .map_err(instances_error)
     }
 
+    /// Notified after each admitted scale-up is applied.
+    fn scaled_up(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        Some(std::sync::Arc::clone(&self.scaled_up))
+    }
+
     /// The pending gangs to keep out of CA's scale-up (see [`crate::planner::deferrals`]):
     /// none without gang admission or under a policy other than `strict`. Reads every
     /// group's target size from its backend.

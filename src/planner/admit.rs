@@ -45,8 +45,16 @@
 //!    such as a device plugin advertising late, or CA's simulation gave their upcoming nodes
 //!    to other pods) would only add idle nodes, so no node is added for them, here or on a
 //!    second group. A target below the sum means some of those requests never reached the
-//!    backend, and CA's delta applies; so it does when some of a gang's nodes on another group
-//!    failed (`short`: their repair waits for CA to ask that group again).
+//!    backend, and CA's delta applies. When some of a gang's nodes on another group failed
+//!    (`short`), CA (which backs that group off after the failure) asks here for its pods.
+//!    With `repair_where_asked` (deferral on) and this group hosting the gang alike (that
+//!    group is among the `spill` groups with the same node counts, no topology key), the gang
+//!    is a candidate with the nodes still live there counted in flight, so only its missing
+//!    nodes are added here (it is spread from then on). Otherwise CA's delta applies (the
+//!    repair waits for CA to ask that group again). A gang whose nodes on a group that hosts
+//!    it alike are fewer than its need (a spread gang whose nodes here were released, as when
+//!    their lifecycle ended) is not covered by them either: it is a candidate with those
+//!    nodes counted.
 //!
 //!    `gang_need` is the admitted gangs' fresh nodes and `idle` the idle nodes credited to them.
 //!    Every result is then capped at the headroom (`capped` in the record). `Strict` rounds
@@ -97,7 +105,8 @@ pub struct AdmissionInput<'a> {
     pub in_flight: &'a BTreeMap<GangRef, u32>,
     /// Gangs with nodes requested on *another* group and not yet used, with that group: their
     /// need is being met there, so this group adds nothing for them (two groups would
-    /// otherwise each provision the whole gang).
+    /// otherwise each provision the whole gang), unless that group hosts them alike (it is in
+    /// `spill` with the same node counts) and its nodes do not cover them (step 2, note ¹).
     pub elsewhere: &'a BTreeMap<GangRef, Elsewhere>,
     /// Nodes of this group the pending pods outside any gang would need.
     pub ungrouped_nodes: u32,
@@ -113,6 +122,12 @@ pub struct AdmissionInput<'a> {
     /// listed first among the deferred gangs, so that under `Strict` their children's pods
     /// never get CA's delta through the "no gang needs nodes" row.
     pub deferred_composites: &'a [DeferredGang],
+    /// Whether a gang some of whose nodes on another group failed is repaired here, where CA
+    /// asks, with only its missing nodes (step 2, note ¹). The engine turns it on with
+    /// deferral, which then keeps the gang, covered again, out of CA's later asks; without
+    /// deferral CA would keep asking for the rest while the failed group is backed off, and
+    /// each refusal would back this group off too.
+    pub repair_where_asked: bool,
 }
 
 /// Where a gang's nodes are in flight on another group.
@@ -136,6 +151,8 @@ struct Candidate<'a> {
     in_flight: u32,
     /// The spill groups (indices into [`AdmissionInput::spill`]) that host it alike.
     spill: Vec<usize>,
+    /// Another group where nodes are in flight for it (counted in `in_flight`).
+    elsewhere: Option<NodeGroupId>,
 }
 
 impl Candidate<'_> {
@@ -150,7 +167,7 @@ impl Candidate<'_> {
             nodes_all: self.nodes_all,
             nodes_min: self.nodes_min,
             in_flight: self.in_flight,
-            elsewhere: None,
+            elsewhere: self.elsewhere.clone(),
         }
     }
 }
@@ -252,28 +269,45 @@ fn sort_out<'a>(input: &AdmissionInput<'a>) -> Sorted<'a> {
                 continue;
             }
         };
-        if let Some(other) = other.filter(|_| here.is_none()) {
-            sorted.covered.push(CoveredGang {
-                gang: gang.id.clone(),
-                nodes_all,
-                nodes_min,
-                in_flight: 0,
-                elsewhere: Some(other.group.clone()),
-            });
-            continue;
-        }
+        let spill = hosts_alike(gang, (nodes_all, nodes_min), input.spill);
+        let in_flight = match other.filter(|_| here.is_none()) {
+            // Its nodes in flight on a group that hosts it alike are counted, and the rest
+            // may be added here, when they do not cover it: a spread gang whose nodes here
+            // were released, or (with repairs where CA asks) a gang some of whose nodes there
+            // failed, for which CA, backing that group off, asks here. It is spread from now
+            // on.
+            Some(o)
+                if spill.iter().any(|&i| input.spill[i].slot.id == &o.group)
+                    && if o.short {
+                        input.repair_where_asked
+                    } else {
+                        o.nodes < nodes_all
+                    } =>
+            {
+                o.nodes
+            }
+            Some(o) => {
+                sorted.covered.push(CoveredGang {
+                    gang: gang.id.clone(),
+                    nodes_all,
+                    nodes_min,
+                    in_flight: 0,
+                    elsewhere: Some(o.group.clone()),
+                });
+                continue;
+            }
+            None => in_flight,
+        };
         let candidate = Candidate {
             gang,
             nodes_all,
             nodes_min,
             in_flight,
-            spill: hosts_alike(gang, (nodes_all, nodes_min), input.spill),
+            spill,
+            elsewhere: other.map(|o| o.group.clone()),
         };
         if nodes_all <= in_flight {
-            let mut covered = candidate.covered();
-            // Spread: covered partly by another group's nodes.
-            covered.elsewhere = other.map(|o| o.group.clone());
-            sorted.covered.push(covered);
+            sorted.covered.push(candidate.covered());
         } else {
             sorted.candidates.push(candidate);
         }
@@ -418,10 +452,13 @@ fn covered_only(input: &AdmissionInput<'_>, taken: &Taken) -> bool {
         .map(|c| c.in_flight)
         .sum();
     let elsewhere = taken.covered.iter().any(|c| c.elsewhere.is_some());
-    let short = taken
-        .covered
-        .iter()
-        .any(|c| c.elsewhere.is_some() && input.elsewhere.get(&c.gang).is_some_and(|e| e.short));
+    // A gang covered only by another group's nodes, some of which failed, and not repaired
+    // here (this group does not host it alike): its repair waits for that group.
+    let short = taken.covered.iter().any(|c| {
+        c.elsewhere.is_some()
+            && c.in_flight == 0
+            && input.elsewhere.get(&c.gang).is_some_and(|e| e.short)
+    });
     (covered_here > 0 || elsewhere) && !short && input.target >= covered_here
 }
 

@@ -46,6 +46,7 @@ use super::composite::GroupSlot;
 use super::decision::{Order, Policy};
 use super::explain::Reason;
 use super::fit::fit_counts;
+use super::spread::take_pooled;
 
 /// Everything one deferral pass depends on.
 #[derive(Debug, Clone, Copy)]
@@ -168,21 +169,27 @@ pub fn deferrals(input: &DeferralInput<'_>) -> Vec<Deferral> {
         })
         .collect();
     rooms.sort_by(|a, b| a.slot.id.cmp(b.slot.id));
-    let mut pending: Vec<(&Gang, u32)> = input
+    // Each pending gang with its node counts on every group (in `rooms` order), fitted once
+    // for both the order and the hold.
+    let mut pending: Vec<(&Gang, Vec<Counts>, u32)> = input
         .gangs
         .iter()
         .map(Arc::as_ref)
         .filter(|g| g.is_pending() && g.composite.is_none() && g.unbound().next().is_some())
-        .map(|g| match input.order {
-            Order::Age => (g, 0),
-            Order::FewestMissing => (g, missing(g, input.in_flight, &rooms)),
+        .map(|g| {
+            let counts = counts_over(g, &rooms);
+            let missing = match input.order {
+                Order::Age => 0,
+                Order::FewestMissing => missing(g, &counts, input.in_flight, &rooms),
+            };
+            (g, counts, missing)
         })
         .collect();
-    pending.sort_by(|(a, am), (b, bm)| input.order.compare(a, *am, b, *bm));
+    pending.sort_by(|(a, _, am), (b, _, bm)| input.order.compare(a, *am, b, *bm));
     let mut out: Vec<Deferral> = pending
         .into_iter()
-        .filter_map(|(gang, _)| {
-            hold(gang, input.in_flight, &mut rooms).map(|hold| Deferral {
+        .filter_map(|(gang, counts, _)| {
+            hold(gang, &counts, input.in_flight, &mut rooms).map(|hold| Deferral {
                 gang: gang.id.clone(),
                 hold,
             })
@@ -204,19 +211,37 @@ fn fresh(need: u32, room: &Room<'_>) -> u32 {
     need.saturating_sub(room.idle)
 }
 
-/// The fewest nodes `gang` still misses on a group that can host it (its whole need there
-/// less the nodes in flight for it there; only the group they are in flight on counts), or
-/// `u32::MAX` when none can.
+/// A gang's `(nodes_all, nodes_min)` on one group's shape, or why it cannot be placed there.
+type Counts = Result<(u32, u32), Reason>;
+
+/// `gang`'s [`Counts`] on every group of `rooms`, in their order.
+fn counts_over(gang: &Gang, rooms: &[Room<'_>]) -> Vec<Counts> {
+    rooms
+        .iter()
+        .map(|room| {
+            room.slot
+                .shape
+                .ok_or(Reason::NoTemplate)
+                .and_then(|shape| fit_counts(gang, shape))
+        })
+        .collect()
+}
+
+/// The fewest nodes `gang` (with its `counts` over `rooms`) still misses on a group that can
+/// host it (its whole need there less the nodes in flight for it there; only the group they
+/// are in flight on counts), or `u32::MAX` when none can.
 fn missing(
     gang: &Gang,
+    counts: &[Counts],
     in_flight: &BTreeMap<GangRef, (NodeGroupId, u32)>,
     rooms: &[Room<'_>],
 ) -> u32 {
     let flying = in_flight.get(&gang.id);
     rooms
         .iter()
-        .filter_map(|room| {
-            let (all, _) = fit_counts(gang, room.slot.shape?).ok()?;
+        .zip(counts)
+        .filter_map(|(room, counts)| {
+            let &(all, _) = counts.as_ref().ok()?;
             match flying {
                 Some((group, _)) if group != room.slot.id => None,
                 Some((_, n)) => Some(all.saturating_sub(*n)),
@@ -234,36 +259,25 @@ fn spread_over(gang: &GangRef, hosting: &[(usize, Need)], rooms: &mut [Room<'_>]
     let wants: [fn(&Need) -> u32; 2] = [|n| n.all, |n| n.min];
     for want in wants {
         for (_, class) in hosting {
-            let mut alike: Vec<usize> = hosting
+            // `rooms` is in id order, so ties of headroom go by id.
+            let mut alike: Vec<(usize, u32, u32)> = hosting
                 .iter()
                 .filter(|(_, n)| n == class)
-                .map(|(i, _)| *i)
+                .map(|(i, _)| (*i, rooms[*i].left, rooms[*i].idle))
                 .collect();
+            alike.sort_by_key(|(i, _, _)| *i);
             let need = want(class);
-            let room: u32 = alike
-                .iter()
-                .map(|i| rooms[*i].left.saturating_add(rooms[*i].idle))
-                .sum();
-            if alike.len() < 2 || need == 0 || room < need {
+            if alike.len() < 2 || need == 0 {
                 continue;
             }
-            alike.sort_by(|a, b| {
-                rooms[*b]
-                    .left
-                    .cmp(&rooms[*a].left)
-                    .then_with(|| rooms[*a].slot.id.cmp(rooms[*b].slot.id))
-            });
-            let mut rest = need;
-            for i in alike {
-                let idle = rest.min(rooms[i].idle);
-                let fresh = (rest - idle).min(rooms[i].left);
-                if idle + fresh == 0 {
-                    continue;
-                }
+            let (shares, rest) = take_pooled(need, &alike);
+            if rest > 0 {
+                continue;
+            }
+            for (i, fresh, idle) in shares {
                 rooms[i].idle -= idle;
                 rooms[i].left -= fresh;
                 rooms[i].last = Some(gang.clone());
-                rest -= idle + fresh;
             }
             return true;
         }
@@ -271,9 +285,10 @@ fn spread_over(gang: &GangRef, hosting: &[(usize, Need)], rooms: &mut [Room<'_>]
     false
 }
 
-/// Takes `gang`'s need from `rooms`, or says why it is held.
+/// Takes `gang`'s need (its `counts` over `rooms`) from `rooms`, or says why it is held.
 fn hold(
     gang: &Gang,
+    counts: &[Counts],
     in_flight: &BTreeMap<GangRef, (NodeGroupId, u32)>,
     rooms: &mut [Room<'_>],
 ) -> Option<Hold> {
@@ -281,16 +296,11 @@ fn hold(
     // Each hosting group's index and the gang's need there.
     let mut hosting: Vec<(usize, Need)> = Vec::new();
     let flying = in_flight.get(&gang.id);
-    for (i, room) in rooms.iter().enumerate() {
-        let counts = room
-            .slot
-            .shape
-            .ok_or(Reason::NoTemplate)
-            .and_then(|shape| fit_counts(gang, shape));
+    for (i, (room, counts)) in rooms.iter().zip(counts).enumerate() {
         let (all, min) = match counts {
-            Ok(c) => c,
+            Ok(c) => *c,
             Err(reason) => {
-                first_reason.get_or_insert(reason);
+                first_reason.get_or_insert_with(|| reason.clone());
                 continue;
             }
         };

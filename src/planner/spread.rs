@@ -131,27 +131,44 @@ pub(super) fn split(
         return None;
     }
     rest -= here;
-    let mut order = alike.to_vec();
-    // Most headroom first; `spill` is in id order, so ties go by id.
-    order.sort_by(|a, b| rooms[*b].left.cmp(&rooms[*a].left).then(a.cmp(b)));
-    let mut shares = Vec::new();
-    for i in order {
-        if rest == 0 {
-            break;
-        }
-        let idle = rest.min(rooms[i].idle);
-        rest -= idle;
-        let nodes = rest.min(rooms[i].left);
-        rest -= nodes;
-        if idle + nodes > 0 {
-            shares.push((i, nodes, idle));
-        }
-    }
+    let pool: Vec<(usize, u32, u32)> = alike
+        .iter()
+        .map(|&i| (i, rooms[i].left, rooms[i].idle))
+        .collect();
+    let (shares, rest) = take_pooled(rest, &pool);
     (rest == 0).then_some(Split {
         here,
         credit,
         shares,
     })
+}
+
+/// Takes `need` nodes over `groups`, each `(index, headroom left, idle nodes)`: the most
+/// headroom left first (ties in the order given), each group's idle nodes before its headroom.
+/// Gives `(index, fresh, idle)` per group that gives any, and the part of `need` they do not
+/// hold (0 when they hold it all). Admission's [`split`] and deferral's pooled room both take a
+/// need this way, so deferral holds back exactly the gangs admission would not spread.
+pub(super) fn take_pooled(
+    need: u32,
+    groups: &[(usize, u32, u32)],
+) -> (Vec<(usize, u32, u32)>, u32) {
+    let mut order: Vec<&(usize, u32, u32)> = groups.iter().collect();
+    // Stable: ties keep the order given.
+    order.sort_by_key(|g| std::cmp::Reverse(g.1));
+    let mut rest = need;
+    let mut shares = Vec::new();
+    for &&(i, left, idle) in &order {
+        if rest == 0 {
+            break;
+        }
+        let idle = rest.min(idle);
+        let fresh = (rest - idle).min(left);
+        if idle + fresh > 0 {
+            shares.push((i, fresh, idle));
+            rest -= idle + fresh;
+        }
+    }
+    (shares, rest)
 }
 
 /// The other groups' decisions of `decision`'s spread gangs (rule 4): one per group that adds

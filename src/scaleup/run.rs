@@ -109,6 +109,14 @@ pub trait InstanceSource: Send + Sync {
         false
     }
 
+    /// Notified after each scale-up the source applies. With deferral on, the loop ticks at
+    /// once instead of waiting for the interval: the gangs just scaled up are covered, and
+    /// their pods are marked before CA's next loop asks for them again (a refusal, and a
+    /// backoff, otherwise). None by default.
+    fn scaled_up(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
+
     /// The pending gangs of `view` to keep out of CA's scale-up now
     /// ([`planner::deferrals`](crate::planner::deferrals) over every configured group). None
     /// by default.
@@ -252,11 +260,14 @@ impl Loop {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let scaled_up = self
+            .deferral
+            .as_ref()
+            .and_then(|_| self.instances.scaled_up());
         let mut last_ms = None;
         loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                _ = tick.tick() => {}
+            if !next_tick(&mut tick, scaled_up.as_deref(), &shutdown).await {
+                break;
             }
             if !self.view.is_ready() {
                 continue;
@@ -421,6 +432,27 @@ impl Loop {
         if let Some(events) = &self.events {
             events.publish(events_for(a));
         }
+    }
+}
+
+/// Waits for the next tick of `tick`, or for a scale-up applied since the last one
+/// (`scaled_up`), whichever comes first; `false` once `shutdown` is cancelled. A scale-up
+/// applied during a tick is not lost: its notification wakes the next wait at once.
+async fn next_tick(
+    tick: &mut tokio::time::Interval,
+    scaled_up: Option<&tokio::sync::Notify>,
+    shutdown: &CancellationToken,
+) -> bool {
+    let scaled_up = async {
+        match scaled_up {
+            Some(n) => n.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = shutdown.cancelled() => false,
+        _ = tick.tick() => true,
+        () = scaled_up => true,
     }
 }
 

@@ -89,6 +89,7 @@ impl Server {
                 view: view.as_ref(),
                 policy,
                 order,
+                deferral: deferral.enabled,
                 client: backends.client.as_ref(),
                 ha_store: backends.ha_store.as_ref(),
                 metrics: &metrics,
@@ -315,6 +316,8 @@ struct WireInputs<'a> {
     policy: crate::planner::Policy,
     /// The order of pending gangs of one priority (`admission.order`).
     order: crate::planner::Order,
+    /// Whether deferral runs (`admission.deferral.enabled`; it needs a cluster client).
+    deferral: bool,
     client: Option<&'a kube::Client>,
     ha_store: Option<&'a Arc<dyn LeaseStore>>,
     metrics: &'a Arc<Metrics>,
@@ -342,7 +345,9 @@ fn wire(mut engine: Engine, inputs: WireInputs<'_>) -> Result<Wired, Error> {
             gang.api = ?view.gang_api(),
             "gang admission active"
         );
-        engine = engine.with_admission_in_order(inputs.policy, inputs.order, view.clone());
+        engine = engine
+            .with_admission_in_order(inputs.policy, inputs.order, view.clone())
+            .with_repair_where_asked(inputs.deferral && inputs.client.is_some());
         if let Some(client) = inputs.client {
             let instance = match inputs.election {
                 Some(e) => e.identity.clone(),

@@ -85,6 +85,7 @@ impl Case {
             idle_nodes: self.idle,
             spill: &[],
             deferred_composites: &[],
+            repair_where_asked: false,
         })
     }
 }
@@ -349,8 +350,10 @@ fn strict_adds_no_node_for_a_gang_whose_nodes_are_in_flight_on_another_group() {
         let d = c.clone().policy(policy).decide();
         assert_eq!(d.applied_delta, 4, "{policy:?}");
     }
-    // Some of its nodes there failed: their repair waits for CA to ask h100-b again, so CA's
-    // delta applies here as before (still not the whole gang).
+    // Some of its nodes there failed, and h100-b is not among the groups this decision may
+    // spread over (so not known to host it alike): the repair waits for CA to ask h100-b
+    // again, and CA's delta applies here (still not the whole gang). With h100-b hosting it
+    // alike, the missing nodes are repaired here (tests/spread.rs).
     let mut short = c.clone();
     short.elsewhere = BTreeMap::from([(
         g.id.clone(),
@@ -434,6 +437,7 @@ fn a_group_without_a_template_hosts_no_gang() {
         idle_nodes: 0,
         spill: &[],
         deferred_composites: &[],
+        repair_where_asked: false,
     });
     assert_eq!(
         (d.rule, d.applied_delta, d.unhostable),

@@ -132,6 +132,7 @@ impl World {
             idle_nodes: 0,
             spill: &[],
             deferred_composites: &deferred,
+            repair_where_asked: false,
         });
         combine(base, &plan, &self.slots(), ca)
     }

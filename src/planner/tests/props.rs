@@ -10,7 +10,8 @@ use proptest::prelude::*;
 use crate::model::{Capacity, TaintEffect, quantity::Quantity};
 use crate::planner::fit::fit_counts;
 use crate::planner::{
-    AdmissionInput, GroupSlot, Order, Policy, Reason, Spill, Verdict, admit, fit, spread_shares,
+    AdmissionInput, Elsewhere, GroupSlot, Order, Policy, Reason, Spill, Verdict, admit, fit,
+    spread_shares,
 };
 
 use super::*;
@@ -343,7 +344,7 @@ proptest! {
     fn admit_never_exceeds_the_headroom_and_strict_never_admits_part_of_a_gang(
         (s, gangs) in arb_shape().prop_flat_map(|s| {
             let gangs = proptest::collection::vec(
-                (arb_gang_on(s.clone()), -2i32..3, 0i64..5, 0u32..4),
+                (arb_gang_on(s.clone()), -2i32..3, 0i64..5, 0u32..4, (0u32..4, any::<bool>())),
                 0..6,
             );
             (Just(s), gangs)
@@ -352,23 +353,32 @@ proptest! {
         policy in prop_oneof![Just(Policy::Strict), Just(Policy::RoundUp), Just(Policy::Off)],
         order in prop_oneof![Just(Order::Age), Just(Order::FewestMissing)],
         (spill_max, spill_target, spill_idle) in (0u32..12, 0u32..12, 0u32..3),
+        repair_where_asked in any::<bool>(),
     ) {
+        // Another group of the same shape the gangs may spread over, and where some gangs'
+        // nodes are in flight (some of them failed when `short`).
+        let other = crate::model::NodeGroupId::new("spill");
         let mut in_flight = BTreeMap::new();
+        let mut elsewhere = BTreeMap::new();
         let gangs: Vec<Gang> = gangs
             .into_iter()
             .enumerate()
-            .map(|(i, (mut gang, priority, created, covered))| {
+            .map(|(i, (mut gang, priority, created, covered, (there, short)))| {
                 gang.id.name = format!("g{i}");
                 gang.priority = priority;
                 gang.created_unix = created;
                 if covered > 0 {
                     in_flight.insert(gang.id.clone(), covered);
                 }
+                if there > 0 {
+                    elsewhere.insert(
+                        gang.id.clone(),
+                        Elsewhere { group: other.clone(), short, nodes: there },
+                    );
+                }
                 gang
             })
             .collect();
-        // Another group of the same shape the gangs may spread over.
-        let other = crate::model::NodeGroupId::new("spill");
         let spill = [Spill {
             slot: GroupSlot {
                 id: &other,
@@ -389,11 +399,12 @@ proptest! {
             order,
             gangs: &super::arcs(gangs.clone()),
             in_flight: &in_flight,
-            elsewhere: &BTreeMap::new(),
+            elsewhere: &elsewhere,
             ungrouped_nodes: ungrouped,
             idle_nodes: 0,
             spill: &spill,
             deferred_composites: &[],
+            repair_where_asked,
         };
         let d = admit(&input);
         let headroom = max.saturating_sub(target);
@@ -409,6 +420,18 @@ proptest! {
         prop_assert!(admitted <= headroom);
         if policy != Policy::Off && d.verdict == Verdict::Accept {
             prop_assert!(d.applied_delta >= admitted);
+        }
+        // A gang whose nodes are in flight only on the other group (of the same shape) gets
+        // nodes here only when they do not hold it: as the repair of a failure there, with
+        // repairs where CA asks on, or for the part they do not cover; its nodes there count.
+        for a in &d.admitted {
+            if let Some(e) = elsewhere.get(&a.gang).filter(|_| !in_flight.contains_key(&a.gang)) {
+                let gang = gangs.iter().find(|x| x.id == a.gang).unwrap();
+                let (all, _) = fit_counts(gang, &s).unwrap();
+                let open = if e.short { repair_where_asked } else { e.nodes < all };
+                prop_assert!(open, "{:?} admitted while covered there", a.gang);
+                prop_assert_eq!(a.in_flight, e.nodes);
+            }
         }
         // The spill group gives at most its headroom, and exactly what its decision adds.
         let spread: u32 = d.admitted.iter().flat_map(|a| &a.spread).map(|p| p.nodes).sum();

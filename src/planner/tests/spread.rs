@@ -39,6 +39,7 @@ struct Pool {
     others: Vec<Group>,
     in_flight: BTreeMap<GangRef, u32>,
     elsewhere: BTreeMap<GangRef, Elsewhere>,
+    repair_where_asked: bool,
 }
 
 fn pool(asked: Group, others: Vec<Group>) -> Pool {
@@ -47,6 +48,7 @@ fn pool(asked: Group, others: Vec<Group>) -> Pool {
         others,
         in_flight: BTreeMap::new(),
         elsewhere: BTreeMap::new(),
+        repair_where_asked: false,
     }
 }
 
@@ -82,6 +84,7 @@ impl Pool {
             idle_nodes: self.asked.idle,
             spill: &spill,
             deferred_composites: &[],
+            repair_where_asked: self.repair_where_asked,
         });
         let shares = spread_shares(&d, &spill);
         (d, shares)
@@ -218,4 +221,80 @@ fn a_spread_gang_is_covered_by_its_nodes_on_every_group_and_repaired_where_asked
     let (d, _) = p.decide(2, vec![g]);
     assert_eq!((d.rule, d.applied_delta), (Rule::GangsAdmitted, 1));
     assert_eq!(d.admitted[0].in_flight, 5);
+}
+
+#[test]
+fn with_deferral_a_gang_short_on_a_failed_group_is_repaired_where_ca_asks_missing_nodes_only() {
+    // 6 nodes requested on b, 2 of them failed (stock-out): CA backs b off and asks a for
+    // all six members.
+    let g = whole("big", 6, 6, 1);
+    let short = Elsewhere {
+        group: NodeGroupId::new("b"),
+        short: true,
+        nodes: 4,
+    };
+    let mut p = pool(gpu8("a", 10, 0), vec![gpu8("b", 10, 6)]);
+    p.elsewhere = BTreeMap::from([(g.id.clone(), short.clone())]);
+    // Without deferral to hold it once covered again, CA's delta applies as before.
+    let (d, _) = p.decide(6, vec![g.clone()]);
+    assert_eq!((d.rule, d.applied_delta), (Rule::NoGangs, 6), "{d:?}");
+    p.repair_where_asked = true;
+    let (d, shares) = p.decide(6, vec![g.clone()]);
+    assert_eq!((d.rule, d.applied_delta), (Rule::GangsAdmitted, 2), "{d:?}");
+    assert_eq!((d.admitted[0].nodes, d.admitted[0].in_flight), (2, 4));
+    assert!(shares.is_empty(), "{shares:?}");
+    // A group that places it with other node counts (16-GPU nodes: 3 for 6 members) cannot
+    // count b's nodes: CA's delta applies, as when b is not among the groups at all.
+    let mut other = pool(group(gpu_group("a", 10, 16), 0), vec![gpu8("b", 10, 6)]);
+    other.repair_where_asked = true;
+    other.elsewhere = BTreeMap::from([(g.id.clone(), short)]);
+    let (d, _) = other.decide(3, vec![g.clone()]);
+    assert_eq!((d.rule, d.applied_delta), (Rule::NoGangs, 3), "{d:?}");
+}
+
+#[test]
+fn nodes_on_a_group_that_hosts_the_gang_alike_cover_it_only_when_they_hold_its_need() {
+    // A 6-node gang spread over a and b whose nodes on a were released (their lifecycle
+    // ended): the 2 still in flight on b do not cover it, and a call on a adds the other 4.
+    let g = whole("big", 6, 6, 1);
+    let mut p = pool(gpu8("a", 10, 0), vec![gpu8("b", 10, 2)]);
+    p.elsewhere = BTreeMap::from([(
+        g.id.clone(),
+        Elsewhere {
+            group: NodeGroupId::new("b"),
+            short: false,
+            nodes: 2,
+        },
+    )]);
+    let (d, _) = p.decide(6, vec![g.clone()]);
+    assert_eq!((d.rule, d.applied_delta), (Rule::GangsAdmitted, 4), "{d:?}");
+    assert_eq!(d.admitted[0].in_flight, 2);
+    // Six on b hold it: covered, nothing added.
+    if let Some(e) = p.elsewhere.get_mut(&g.id) {
+        e.nodes = 6;
+    }
+    let (d, _) = p.decide(6, vec![g]);
+    assert_eq!(
+        (d.verdict, d.rule),
+        (Verdict::Reject, Rule::AllCovered),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn a_pooled_need_takes_the_roomiest_group_first_and_its_idle_nodes_before_fresh_ones() {
+    use crate::planner::spread::take_pooled;
+    // (index, headroom left, idle): group 2 has most headroom, 0 and 1 tie.
+    let groups = [(0, 3, 1), (1, 3, 0), (2, 5, 2)];
+    // Group 2 gives its 2 idle and 5 fresh; then group 0 (the tie goes to the order given)
+    // its idle node and 1 fresh one.
+    assert_eq!(take_pooled(9, &groups), (vec![(2, 5, 2), (0, 1, 1)], 0));
+    // Idle nodes alone hold a small need: nothing fresh is added.
+    assert_eq!(take_pooled(2, &groups), (vec![(2, 0, 2)], 0));
+    // More than the pool holds: all of it, and what is still missing.
+    assert_eq!(
+        take_pooled(20, &groups),
+        (vec![(2, 5, 2), (0, 3, 1), (1, 3, 0)], 6)
+    );
+    assert_eq!(take_pooled(0, &groups), (Vec::new(), 0));
 }

@@ -195,3 +195,36 @@ fn formation_is_observed_once_per_lifecycle_and_outcomes_fill_their_metrics() {
         Some(1.0)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_scale_up_wakes_the_loop_at_once_and_is_not_lost_when_it_comes_during_a_tick() {
+    use tokio::time::timeout;
+    let shutdown = CancellationToken::new();
+    let hour = Duration::from_secs(3600);
+    let second = Duration::from_secs(1);
+    let mut tick = tokio::time::interval(hour);
+    let scaled_up = tokio::sync::Notify::new();
+    // The interval's first tick is immediate.
+    assert!(next_tick(&mut tick, Some(&scaled_up), &shutdown).await);
+    // Notified while no one waits (during a tick): the next wait returns at once, not in an
+    // hour (the clock is paused: it only moves when everything waits, so a wait for the
+    // interval would let the second's timeout fire first).
+    scaled_up.notify_one();
+    let woken = timeout(second, next_tick(&mut tick, Some(&scaled_up), &shutdown)).await;
+    assert_eq!(woken, Ok(true));
+    // Without a scale-up the wait is the interval's.
+    assert!(
+        timeout(second, next_tick(&mut tick, Some(&scaled_up), &shutdown))
+            .await
+            .is_err()
+    );
+    assert!(next_tick(&mut tick, Some(&scaled_up), &shutdown).await);
+    // A loop without the notification waits for the interval too.
+    assert!(
+        timeout(second, next_tick(&mut tick, None, &shutdown))
+            .await
+            .is_err()
+    );
+    shutdown.cancel();
+    assert!(!next_tick(&mut tick, Some(&scaled_up), &shutdown).await);
+}
