@@ -545,9 +545,38 @@ def fmt_value(fmt, v):
     return "–" if v is None else fmt.format(v)
 
 
+def paired_cells(s, off):
+    """The paired differences of run `s` against run `off`, one cell per row of PAIRED."""
+    cells = []
+    for i in PAIRED:
+        _, get, _ = ROWS[i]
+        a, b = get(s), get(off)
+        cells.append("–" if a is None or b is None else f"{a - b:+.1f}")
+    return cells
+
+
+def noise_rows(sums, campaign, runs):
+    """Rows of run-to-run noise for a campaign's `off` runs: each `off` run of another campaign
+    on the same trace (seed, ratio and trace parameters) against this campaign's. `off` is CA
+    alone, the same path at every commit, so two such runs differ only by noise."""
+    rows = []
+    for off in runs:
+        if off["arm"] != "off" or off["repeat"] != 1:
+            continue
+        for other in sums:
+            if (other["campaign"] != campaign and other["arm"] == "off"
+                    and other["capacityRatio"] == off["capacityRatio"] and other["seed"] == off["seed"]
+                    and other["trace"] == off["trace"] and other["ca"] == off["ca"]):
+                name = f"seed {off['seed']} off ({other['campaign']}" + (
+                    f" #{other['repeat']}" if other["repeat"] > 1 else "") + ")"
+                rows.append(f"| {name} − off | " + " | ".join(paired_cells(other, off)) + " |")
+    return rows
+
+
 def table(root):
     """The scarcity tables: per campaign and capacity ratio, each run as a column, then the
-    paired differences against `off` on the same seed and the `off` repeat's noise."""
+    paired differences against `off` on the same seed, with the run-to-run noise: the `off`
+    repeat, and `off` runs of other campaigns on the same trace."""
     sums = load_summaries(root)
     if not sums:
         sys.exit(f"no summaries under {root}")
@@ -575,15 +604,11 @@ def table(root):
                 if off is None or s is off:
                     continue
                 name = f"seed {s['seed']} {s['arm']}" + (f" #{s['repeat']}" if s["repeat"] > 1 else "")
-                cells = []
-                for i in PAIRED:
-                    label, get, fmt = ROWS[i]
-                    a, b = get(s), get(off)
-                    cells.append("–" if a is None or b is None else f"{a - b:+.1f}")
-                diffs.append(f"| {name} − off | " + " | ".join(cells) + " |")
+                diffs.append(f"| {name} − off | " + " | ".join(paired_cells(s, off)) + " |")
+            diffs.extend(noise_rows(sums, campaign, runs))
             if diffs:
-                lines.append("\nPaired differences against `off` on the same seed (an `off #2` row is "
-                             "the run-to-run noise):\n")
+                lines.append("\nPaired differences against `off` on the same seed (an `off #2` row, or "
+                             "`off` of another campaign on the same trace, is the run-to-run noise):\n")
                 lines.append("| pair | " + " | ".join(ROWS[i][0].replace("**", "") for i in PAIRED) + " |")
                 lines.append("|---|" + "---|" * len(PAIRED))
                 lines.extend(diffs)
