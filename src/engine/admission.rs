@@ -267,9 +267,14 @@ impl Admission {
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        ledger.iter().any(|((gang, on), f)| {
-            on != group && f.live() > 0 && !ledger.contains_key(&(gang.clone(), group.clone()))
-        })
+        let here: std::collections::BTreeSet<&GangRef> = ledger
+            .keys()
+            .filter(|(_, on)| on == group)
+            .map(|(gang, _)| gang)
+            .collect();
+        ledger
+            .iter()
+            .any(|((gang, on), f)| on != group && f.live() > 0 && !here.contains(gang))
     }
 
     /// [`Admission::decide_in`] a view read now.
